@@ -1,0 +1,21 @@
+"""jupyter_serve: serve PyTorch models from inside Jupyter, the TorchServe way.
+
+This module stays light on purpose: `python -m jupyter_serve.worker` imports it
+first, and workers must never pull in tornado or jupyter_server. Every entry
+point below imports its implementation lazily.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._version import __version__
+
+__all__ = ["__version__"]
+
+
+def _jupyter_server_extension_points() -> list[dict[str, Any]]:
+    """Tell jupyter_server where the extension app lives."""
+    from .app import ServeApp
+
+    return [{"module": "jupyter_serve", "app": ServeApp}]

@@ -1,0 +1,33 @@
+"""Model archives (`.mar`): build, inspect and extract them as torch-model-archiver 0.12 does.
+
+Standard library only: the server, the workers, the kernel-side magics and the
+CLI all import this package.
+"""
+
+from __future__ import annotations
+
+from .build import BUILTIN_HANDLERS, build_mar, collect_files, manifest_for, output_path
+from .extract import ArchiveListing, ExtractLimits, extract_mar, inspect_archive, model_root
+from .manifest import MANIFEST_PATH, Manifest, ModelInfo, check_model_name, read_manifest
+from .spec import ARCHIVE_FORMATS, ArchiveSpec, archiver_parser
+
+__all__ = [
+    "ARCHIVE_FORMATS",
+    "BUILTIN_HANDLERS",
+    "MANIFEST_PATH",
+    "ArchiveListing",
+    "ArchiveSpec",
+    "ExtractLimits",
+    "Manifest",
+    "ModelInfo",
+    "archiver_parser",
+    "build_mar",
+    "check_model_name",
+    "collect_files",
+    "extract_mar",
+    "inspect_archive",
+    "manifest_for",
+    "model_root",
+    "output_path",
+    "read_manifest",
+]

@@ -1,0 +1,9 @@
+"""`python -m jupyter_serve.archive`: the same command as `jupyter-serve-archiver`."""
+
+from __future__ import annotations
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,99 @@
+"""The one exception tree of jupyter_serve, each error carrying its HTTP status.
+
+The `type` of each class is the name TorchServe 0.12 puts in the `type` field of
+its error JSON, so that `{"code", "type", "message"}` bodies match TorchServe's::
+
+    * ServeError                 500  InternalServerException
+      x BadRequest               400  BadRequestException
+        + ArchiveError           400  InvalidModelException   (a malformed or unsafe archive)
+          - UnsafeArchive        400  InvalidModelException   (zip-slip, link escape, zip bomb)
+      x ModelNotFound            404  ModelNotFoundException
+      x ModelVersionNotFound     404  ModelVersionNotFoundException
+      x ResourceNotFound         404  ResourceNotFoundException
+      x MethodNotAllowed         405  MethodNotAllowedException
+      x RequestTimeout           408  RequestTimeoutException
+      x ConflictStatus           409  ConflictStatusException
+      x ServiceUnavailable       503  ServiceUnavailableException
+      x OutOfResources           507  InternalServerException
+
+Routes raise these; one base route turns them into JSON. Nothing here imports
+more than the standard library, so the archive code and the workers may use it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class ServeError(Exception):
+    """Base of every error jupyter_serve reports to a client."""
+
+    status_code: ClassVar[int] = 500
+    error_type: ClassVar[str] = "InternalServerException"
+
+    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if status_code is not None:
+            self.status_code = status_code  # type: ignore[misc]
+
+    def to_json(self) -> dict[str, Any]:
+        """The TorchServe error body."""
+        return {"code": self.status_code, "type": self.error_type, "message": self.message}
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r}, status_code={self.status_code})"
+
+
+class BadRequest(ServeError):
+    status_code = 400
+    error_type = "BadRequestException"
+
+
+class ArchiveError(BadRequest):
+    """A model archive or its manifest is malformed, or an archive cannot be built."""
+
+    error_type = "InvalidModelException"
+
+
+class UnsafeArchive(ArchiveError):
+    """An archive tries to write outside its target folder, or is a zip bomb."""
+
+
+class ModelNotFound(ServeError):
+    status_code = 404
+    error_type = "ModelNotFoundException"
+
+
+class ModelVersionNotFound(ServeError):
+    status_code = 404
+    error_type = "ModelVersionNotFoundException"
+
+
+class ResourceNotFound(ServeError):
+    status_code = 404
+    error_type = "ResourceNotFoundException"
+
+
+class MethodNotAllowed(ServeError):
+    status_code = 405
+    error_type = "MethodNotAllowedException"
+
+
+class RequestTimeout(ServeError):
+    status_code = 408
+    error_type = "RequestTimeoutException"
+
+
+class ConflictStatus(ServeError):
+    status_code = 409
+    error_type = "ConflictStatusException"
+
+
+class ServiceUnavailable(ServeError):
+    status_code = 503
+    error_type = "ServiceUnavailableException"
+
+
+class OutOfResources(ServeError):
+    status_code = 507

@@ -1,0 +1,32 @@
+"""The route table of jupyter_serve: every REST route, in one visible list.
+
+Patterns are relative to `{base_url}`; `ServeApp` prefixes them with
+`url_prefix` ("serve"). The last entry answers every other path under the
+prefix with TorchServe's 404 JSON.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tornado import web
+
+from ..errors import ResourceNotFound
+from .base import NOT_FOUND_MESSAGE, ServeRoute
+from .inference import PingRoute
+
+
+class NotFoundRoute(ServeRoute):
+    """Any unknown path under the prefix: 404 ResourceNotFoundException."""
+
+    @web.authenticated
+    def _not_found(self, *args: str) -> None:
+        raise ResourceNotFound(NOT_FOUND_MESSAGE)
+
+    get = post = put = delete = patch = head = _not_found
+
+
+ROUTES: list[tuple[str, type[Any]]] = [
+    (r"ping", PingRoute),
+    (r".*", NotFoundRoute),
+]

@@ -1,0 +1,52 @@
+"""`ServeRoute`: the base of every REST route: Jupyter auth and TorchServe's error JSON.
+
+Every route is a jupyter_server `APIHandler` with `auth_resource = "serve"`, so
+the token (header, Bearer, `?token=`) or a cookie with XSRF is required. Any
+`ServeError` a route raises becomes TorchServe's body
+`{"code": ..., "type": ..., "message": ...}` with its status; tornado's own
+errors (a wrong verb, a malformed request) are mapped the same way.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.extension.handler import ExtensionHandlerMixin
+from tornado import web
+
+from ..errors import MethodNotAllowed, ResourceNotFound, ServeError
+
+NOT_FOUND_MESSAGE = "Requested resource is not found, please refer to API document."
+_NOT_ALLOWED = "Requested method is not allowed, please refer to API document."
+
+
+class ServeRoute(ExtensionHandlerMixin, APIHandler):
+    """Base class of jupyter_serve's routes."""
+
+    auth_resource = "serve"
+
+    def write_json(self, data: Any, status: int = 200) -> None:
+        """Finish with TorchServe's pretty-printed JSON (indent 2, trailing newline)."""
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(data, indent=2) + "\n")
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc_info = kwargs.get("exc_info")
+        error = exc_info[1] if exc_info else None
+        if not isinstance(error, ServeError):
+            error = _from_status(status_code, error)
+        self.set_status(error.status_code)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(error.to_json(), indent=2) + "\n")
+
+
+def _from_status(status_code: int, error: BaseException | None) -> ServeError:
+    if status_code == 404:
+        return ResourceNotFound(NOT_FOUND_MESSAGE)
+    if status_code == 405:
+        return MethodNotAllowed(_NOT_ALLOWED)
+    message = error.log_message if isinstance(error, web.HTTPError) else None
+    return ServeError(message or "Internal server error", status_code=status_code)
