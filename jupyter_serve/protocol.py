@@ -1,0 +1,265 @@
+"""The framed wire protocol between the Jupyter server and its worker processes.
+
+One connection per worker (a Unix socketpair inherited by the worker), carrying
+frames in both directions. Standard library only: no pickle, no torch.
+
+Frame layout (network byte order)::
+
+    +-----------+--------+-------------+----------------------+-----------------+
+    | !I length | !B kind| !I hdr_len  | header: UTF-8 JSON   | payload: bytes  |
+    +-----------+--------+-------------+----------------------+-----------------+
+      length counts everything after itself: 1 + 4 + hdr_len + len(payload)
+
+Bodies travel as raw bytes in the payload; the JSON header addresses each one
+as `[offset, length]` into the payload (no base64).
+
+Kinds (letters as TorchServe's, for familiarity)::
+
+    kind  direction        header
+    ----  ---------------  ---------------------------------------------------------
+    L     server -> worker LoadRequest: model_name, model_dir, handler, gpu_id,
+                           batch_size, limit_max_image_pixels, server_version
+    I     server -> worker {"requests": [WireRequest...], "command": "predict"|"describe"}
+                           WireRequest: request_id, headers {str: str},
+                           parameters [{name, content_type, body: [off, len]}]
+    R     worker -> server reply to L: {"status": 200, "message": ...}
+                           reply to I: {"results": [WireResult...], "metrics": [...],
+                           "predict_ms": float}
+                           WireResult: request_id, status, reason, content_type|null,
+                           headers {str: str}, body: [off, len]
+    E     worker -> server the whole L or I failed: {"status", "type", "message",
+                           "traceback"}; status 500/503/507 or a handler's code
+
+One request is in flight per connection at a time: the server sends L or I and
+waits for the matching R or E. A closed connection (EOF) means the worker died.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import struct
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+_LENGTH = struct.Struct("!I")
+_PREFIX = struct.Struct("!BI")  # kind, header length
+MAX_FRAME_BYTES = 2**32 - 1
+
+
+class ProtocolError(Exception):
+    """A malformed frame: the connection cannot be trusted any more."""
+
+
+class Kind(str, Enum):
+    LOAD = "L"
+    INFER = "I"
+    RESULT = "R"
+    ERROR = "E"
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One message: a kind, a JSON header and raw payload bytes."""
+
+    kind: Kind
+    header: dict[str, Any]
+    payload: bytes = b""
+
+
+def encode(frame: Frame) -> bytes:
+    """The bytes of `frame` on the wire, length prefix included."""
+    header = json.dumps(frame.header, separators=(",", ":")).encode("utf-8")
+    length = _PREFIX.size + len(header) + len(frame.payload)
+    if length > MAX_FRAME_BYTES:
+        raise ProtocolError(f"Frame of {length} bytes exceeds the 4 GiB limit")
+    prefix = _LENGTH.pack(length) + _PREFIX.pack(ord(frame.kind.value), len(header))
+    return b"".join((prefix, header, frame.payload))
+
+
+def decode(body: bytes) -> Frame:
+    """Parse one frame's bytes (everything after the length prefix)."""
+    if len(body) < _PREFIX.size:
+        raise ProtocolError("Frame shorter than its prefix")
+    kind_byte, header_len = _PREFIX.unpack_from(body)
+    end = _PREFIX.size + header_len
+    if end > len(body):
+        raise ProtocolError("Frame header runs past the frame")
+    try:
+        kind = Kind(chr(kind_byte))
+        header = json.loads(body[_PREFIX.size : end])
+    except ValueError as exc:
+        raise ProtocolError(f"Bad frame: {exc}") from exc
+    if not isinstance(header, dict):
+        raise ProtocolError("Frame header is not a JSON object")
+    return Frame(kind, header, bytes(body[end:]))
+
+
+async def read_frame(reader: asyncio.StreamReader) -> Frame | None:
+    """Read one frame; None on a clean end of stream before a frame starts."""
+    try:
+        prefix = await reader.readexactly(_LENGTH.size)
+    except asyncio.IncompleteReadError as exc:
+        if exc.partial:
+            raise ProtocolError("Connection closed inside a frame") from exc
+        return None
+    (length,) = _LENGTH.unpack(prefix)
+    try:
+        body = await reader.readexactly(length)
+    except asyncio.IncompleteReadError as exc:
+        raise ProtocolError("Connection closed inside a frame") from exc
+    return decode(body)
+
+
+def read_frame_sync(sock: socket.socket) -> Frame | None:
+    """Blocking `read_frame` for the worker side."""
+    prefix = _recv_exactly(sock, _LENGTH.size)
+    if prefix is None:
+        return None
+    (length,) = _LENGTH.unpack(prefix)
+    body = _recv_exactly(sock, length)
+    if body is None:
+        raise ProtocolError("Connection closed inside a frame")
+    return decode(body)
+
+
+def write_frame_sync(sock: socket.socket, frame: Frame) -> None:
+    sock.sendall(encode(frame))
+
+
+def _recv_exactly(sock: socket.socket, size: int) -> bytes | None:
+    buffer = bytearray(size)
+    view = memoryview(buffer)
+    received = 0
+    while received < size:
+        count = sock.recv_into(view[received:], size - received)
+        if count == 0:
+            if received:
+                raise ProtocolError("Connection closed inside a frame")
+            return None
+        received += count
+    return bytes(buffer)
+
+
+@dataclass
+class PayloadBuilder:
+    """Collects bodies into one payload and hands out their `[offset, length]`."""
+
+    parts: list[bytes] = field(default_factory=list)
+    size: int = 0
+
+    def add(self, data: bytes | bytearray | memoryview) -> list[int]:
+        chunk = bytes(data)
+        ref = [self.size, len(chunk)]
+        self.parts.append(chunk)
+        self.size += len(chunk)
+        return ref
+
+    def build(self) -> bytes:
+        return b"".join(self.parts)
+
+
+def blob(payload: bytes, ref: list[int]) -> bytes:
+    """The body `ref` (`[offset, length]`) points at inside `payload`."""
+    offset, length = ref
+    if offset < 0 or length < 0 or offset + length > len(payload):
+        raise ProtocolError(f"Body reference {ref} outside a payload of {len(payload)} bytes")
+    return payload[offset : offset + length]
+
+
+# ---- typed messages carried by I and R frames --------------------------------
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One named input of a request: a form field, or "body" for a raw body."""
+
+    name: str
+    content_type: str
+    value: bytes
+
+
+@dataclass(frozen=True)
+class InferenceRequest:
+    request_id: str
+    headers: dict[str, str] = field(default_factory=dict)
+    parameters: tuple[Parameter, ...] = ()
+
+
+@dataclass(frozen=True)
+class InferenceResult:
+    """One response as the route will send it."""
+
+    request_id: str
+    status: int = 200
+    body: bytes = b""
+    content_type: str | None = None
+    reason: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def encode_infer(requests: list[InferenceRequest], command: str = "predict") -> Frame:
+    """An `I` frame carrying a batch."""
+    payload = PayloadBuilder()
+    wire = [
+        {
+            "request_id": r.request_id,
+            "headers": r.headers,
+            "parameters": [
+                {"name": p.name, "content_type": p.content_type, "body": payload.add(p.value)}
+                for p in r.parameters
+            ],
+        }
+        for r in requests
+    ]
+    return Frame(Kind.INFER, {"requests": wire, "command": command}, payload.build())
+
+
+def decode_infer(frame: Frame) -> tuple[list[InferenceRequest], str]:
+    """The batch and command of an `I` frame."""
+    requests = [
+        InferenceRequest(
+            request_id=str(r["request_id"]),
+            headers={str(k): str(v) for k, v in r.get("headers", {}).items()},
+            parameters=tuple(
+                Parameter(p["name"], p.get("content_type", ""), blob(frame.payload, p["body"]))
+                for p in r.get("parameters", [])
+            ),
+        )
+        for r in frame.header["requests"]
+    ]
+    return requests, str(frame.header.get("command", "predict"))
+
+
+def encode_results(results: list[InferenceResult], **extra: Any) -> Frame:
+    """An `R` frame answering a batch; `extra` (metrics, predict_ms) goes in the header."""
+    payload = PayloadBuilder()
+    wire = [
+        {
+            "request_id": r.request_id,
+            "status": r.status,
+            "reason": r.reason,
+            "content_type": r.content_type,
+            "headers": r.headers,
+            "body": payload.add(r.body),
+        }
+        for r in results
+    ]
+    return Frame(Kind.RESULT, {"results": wire, **extra}, payload.build())
+
+
+def decode_results(frame: Frame) -> list[InferenceResult]:
+    """The per-request results of an `R` frame answering a batch."""
+    return [
+        InferenceResult(
+            request_id=str(r["request_id"]),
+            status=int(r.get("status", 200)),
+            body=blob(frame.payload, r["body"]),
+            content_type=r.get("content_type"),
+            reason=str(r.get("reason") or ""),
+            headers={str(k): str(v) for k, v in (r.get("headers") or {}).items()},
+        )
+        for r in frame.header["results"]
+    ]
