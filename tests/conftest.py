@@ -1,0 +1,39 @@
+"""Shared fixtures: the pytest-jupyter server with jupyter_serve enabled, archive inputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest_plugins = ["pytest_jupyter.jupyter_server"]
+
+
+@pytest.fixture
+def jp_server_config(jp_server_config: dict[str, Any]) -> dict[str, Any]:
+    return {"ServerApp": {"jpserver_extensions": {"jupyter_serve": True}}}
+
+
+@pytest.fixture
+def model_inputs(tmp_path: Path) -> Path:
+    """A folder with everything torch-model-archiver users pass: files, folders, junk to skip."""
+    src = tmp_path / "src"
+    (src / "extra" / "nested" / "deeper").mkdir(parents=True)
+    (src / "extra" / "__pycache__").mkdir()
+    (src / "extra" / ".git").mkdir()
+    (src / "handler.py").write_text("def handle(data, context):\n    return data\n")
+    (src / "model.py").write_text("import torch\n\nclass Net(torch.nn.Module):\n    pass\n")
+    (src / "weights.pt").write_bytes(b"\x80\x02fake-state-dict" * 64)
+    (src / "index_to_name.json").write_text('{"0": "cat", "1": "dog"}')
+    (src / "requirements.txt").write_text("numpy\n")
+    (src / "model-config.yaml").write_text("batchSize: 4\nmaxBatchDelay: 50\n")
+    (src / "vocab.txt").write_text("a\nb\n")
+    (src / "labels.csv").write_text("0,cat\n")
+    (src / "extra" / "tokenizer.json").write_text("{}")
+    (src / "extra" / ".keep").write_text("")
+    (src / "extra" / "nested" / "merges.txt").write_text("m")
+    (src / "extra" / "nested" / "deeper" / "x.bin").write_bytes(b"\x00" * 10)
+    (src / "extra" / "__pycache__" / "mod.cpython-311.pyc").write_bytes(b"pyc")
+    (src / "extra" / ".git" / "HEAD").write_text("ref")
+    return src
