@@ -15,6 +15,7 @@ Refusals raise `UnsafeArchive`; unreadable archives raise `ArchiveError`.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import stat
@@ -103,6 +104,8 @@ class _Extractor:
         self.bytes = 0
 
     def extract(self, source: Path) -> None:
+        if not source.is_file():
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(source))
         if zipfile.is_zipfile(source):
             with zipfile.ZipFile(source) as zf:
                 self._extract_zip(zf)
@@ -206,6 +209,8 @@ def _is_tarfile(path: Path) -> bool:
 def inspect_archive(source: str | Path) -> ArchiveListing:
     """Read an archive's manifest and file list without extracting it."""
     src = Path(source)
+    if not src.exists():
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(src))
     if src.is_dir():
         files = [(p.relative_to(src).as_posix(), p.stat().st_size) for p in _walk(src)]
         return ArchiveListing(_find_manifest(files, lambda n: (src / n).read_bytes()), files)
