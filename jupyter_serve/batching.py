@@ -1,0 +1,225 @@
+"""The per-model-version request queue that idle workers pull batches from.
+
+Runs in the Jupyter server process: pure asyncio, no I/O, no torch.
+
+Clock and units: every time here is `asyncio.get_running_loop().time()`, in
+**seconds** (a monotonic clock). `max_batch_delay` is in seconds too;
+TorchServe's REST and yaml `maxBatchDelay` is in milliseconds and is converted
+once, when the `ModelSpec` is built.
+
+A route calls `submit(request, deadline)` and awaits the returned future. Each
+worker's dispatch coroutine calls `next_batch()`, sends the batch to its worker
+and sets every future. Two policies shape a batch once a first item is queued:
+
+* ``EAGER`` (our default): take what is queued right now, up to `batch_size`,
+  and return at once. Batches grow by themselves while every worker is busy.
+* ``STRICT`` (TorchServe's `pollBatch`): wait until `batch_size` items are
+  queued or `max_batch_delay` has passed since the *first* item arrived.
+
+A full batch is always returned without waiting. Items whose future is already
+done (the client went away) are dropped, and items whose deadline has passed
+get a `RequestTimeout` and are dropped, before a batch leaves the queue.
+Describe jobs (command "describe") always travel alone, as in TorchServe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from .errors import RequestTimeout, ServeError, ServiceUnavailable
+from .protocol import InferenceRequest, InferenceResult
+
+__all__ = [
+    "Batcher",
+    "BatcherClosed",
+    "Pending",
+    "no_worker_message",
+]
+
+
+def no_worker_message(model_name: str, version: str | None = None, job: str = "inference") -> str:
+    """TorchServe's 503 text for "no worker" and "job queue full" alike."""
+    named = (
+        f'Model "{model_name}"' if version is None else f'Model "{model_name}" Version {version}'
+    )
+    return (
+        f"{named} has no worker to serve {job} request. "
+        "Please use scale workers API to add workers."
+    )
+
+
+class BatcherClosed(Exception):
+    """`next_batch` on a closed batcher: the dispatch loop should stop."""
+
+
+@dataclass(eq=False)
+class Pending:
+    """One queued request, its deadline and the future its client awaits."""
+
+    request: InferenceRequest
+    deadline: float
+    future: asyncio.Future[InferenceResult]
+    arrival: float
+    command: str = "predict"
+
+    @property
+    def alive(self) -> bool:
+        return not self.future.done()
+
+
+@dataclass(eq=False)
+class Batcher:
+    """One queue per model version, shared by all of its workers.
+
+    Args:
+        model_name: used in error messages.
+        batch_size: the most requests one batch holds (>= 1).
+        max_batch_delay: seconds a STRICT batch may wait for more items,
+            counted from its first item's arrival.
+        job_queue_size: the most queued requests; one more is refused with 503.
+        strict: TorchServe's policy (wait for more) instead of EAGER.
+    """
+
+    model_name: str
+    batch_size: int = 1
+    max_batch_delay: float = 0.1
+    job_queue_size: int = 100
+    strict: bool = False
+    _queue: deque[Pending] = field(default_factory=deque, init=False, repr=False)
+    _arrived: asyncio.Event = field(default_factory=asyncio.Event, init=False, repr=False)
+    _closed: ServeError | None = field(default=None, init=False, repr=False)
+
+    @property
+    def pending_count(self) -> int:
+        """Queued requests still waiting for an answer."""
+        return sum(1 for item in self._queue if item.alive)
+
+    @property
+    def remaining_capacity(self) -> int:
+        return max(self.job_queue_size - self.pending_count, 0)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed is not None
+
+    def submit(
+        self, request: InferenceRequest, deadline: float, *, command: str = "predict"
+    ) -> asyncio.Future[InferenceResult]:
+        """Queue `request` until `deadline` (loop time, seconds); await the future it returns.
+
+        Raises:
+            ServiceUnavailable: the queue already holds `job_queue_size` requests.
+            ServeError: the batcher was closed (a copy of the close error).
+        """
+        if self._closed is not None:
+            raise copy.copy(self._closed)
+        if len(self._queue) >= self.job_queue_size and self._prune() >= self.job_queue_size:
+            raise ServiceUnavailable(no_worker_message(self.model_name))
+        loop = asyncio.get_running_loop()
+        item = Pending(request, deadline, loop.create_future(), loop.time(), command)
+        self._queue.append(item)
+        self._arrived.set()
+        return item.future
+
+    async def next_batch(self) -> list[Pending]:
+        """Wait for the first item, then form a batch by the policy; never empty.
+
+        Raises:
+            BatcherClosed: the batcher was closed, before or while waiting.
+        """
+        while True:
+            await self._wait_first()
+            if self.strict:
+                await self._wait_full()
+            batch = self._take()
+            if batch:
+                return batch
+
+    def requeue(self, batch: Iterable[Pending]) -> None:
+        """Put a batch taken but not sent back at the head of the queue, in order."""
+        items = [item for item in batch if item.alive]
+        if self._closed is not None:
+            self._fail(items, self._closed)
+            return
+        self._queue.extendleft(reversed(items))
+        if items:
+            self._arrived.set()
+
+    def close(self, error: ServeError) -> None:
+        """Fail everything queued with copies of `error`; later submits raise it too."""
+        self._closed = error
+        items = list(self._queue)
+        self._queue.clear()
+        self._fail(items, error)
+        self._arrived.set()
+
+    # ---- internals -----------------------------------------------------------
+
+    async def _wait_first(self) -> None:
+        """Return once a live item is queued (event first, then look: no lost items)."""
+        while True:
+            if self._closed is not None:
+                raise BatcherClosed(self.model_name)
+            self._prune()
+            if self._queue:
+                return
+            self._arrived.clear()
+            await self._arrived.wait()
+
+    async def _wait_full(self) -> None:
+        """STRICT: wait for `batch_size` live items or the delay after the first arrival."""
+        loop = asyncio.get_running_loop()
+        while self._prune() < self.batch_size and self._queue and not self.closed:
+            head = self._queue[0]
+            remaining = head.arrival + self.max_batch_delay - loop.time()
+            if remaining <= 0 or head.command != "predict":
+                return
+            self._arrived.clear()
+            try:
+                await asyncio.wait_for(self._arrived.wait(), remaining)
+            except asyncio.TimeoutError:
+                return
+
+    def _take(self) -> list[Pending]:
+        """Pop the next batch: up to `batch_size` live items, or one describe job alone."""
+        self._prune()
+        batch: list[Pending] = []
+        while self._queue and len(batch) < self.batch_size:
+            alone = self._queue[0].command != "predict"
+            if alone and batch:
+                break
+            batch.append(self._queue.popleft())
+            if alone:
+                break
+        return batch
+
+    def _prune(self) -> int:
+        """Drop cancelled and expired items (expired ones get a timeout); live count."""
+        now = asyncio.get_running_loop().time()
+        kept: deque[Pending] = deque()
+        for item in self._queue:
+            if not item.alive:
+                continue
+            if item.deadline <= now:
+                item.future.set_exception(self._timeout(item, now))
+                continue
+            kept.append(item)
+        self._queue = kept
+        return len(kept)
+
+    def _timeout(self, item: Pending, now: float) -> RequestTimeout:
+        waited = now - item.arrival
+        return RequestTimeout(
+            f'Request {item.request.request_id} to model "{self.model_name}" timed out '
+            f"after waiting {waited:.3f} s for a worker."
+        )
+
+    @staticmethod
+    def _fail(items: Iterable[Pending], error: ServeError) -> None:
+        for item in items:
+            if item.alive:
+                item.future.set_exception(copy.copy(error))
