@@ -1,0 +1,103 @@
+"""Exceptions into `E` frames: the status and message TorchServe gives each failure.
+
+Classified by exception type, never by message text:
+
+==========================================================  ======  =========================
+exception (raised by the handler, or its `__cause__` chain)   status  message
+==========================================================  ======  =========================
+`MemoryError`, `torch.cuda.OutOfMemoryError` (torch loaded)    507     "Out of resources"
+a `PredictionException` with an int `error_code`              code    its message
+`InvalidOutput` (non-list, wrong length, unencodable item)    503     TorchServe's message
+anything else                                                 503     "Prediction failed"
+==========================================================  ======  =========================
+
+A `PredictionException` is any class named so in the exception's MRO that carries
+an int `error_code`: ours (`jupyter_serve.handlers.exceptions`), TorchServe's
+(`ts.utils.util`) and MMS's (`mms.service`) alike.
+
+A failed load answers 507 when it ran out of memory and 500 otherwise.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ..protocol import Frame, Kind
+from .outputs import InvalidOutput
+
+ERROR_TYPE = "InternalServerException"
+PREDICTION_FAILED = "Prediction failed"
+OUT_OF_RESOURCES = "Out of resources"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What an `E` frame says about a failed load or batch."""
+
+    status: int
+    message: str
+    traceback: str = ""
+
+    def frame(self) -> Frame:
+        header = {
+            "status": self.status,
+            "type": ERROR_TYPE,
+            "message": self.message,
+            "traceback": self.traceback,
+        }
+        return Frame(Kind.ERROR, header)
+
+
+def prediction_failure(exc: BaseException) -> Failure:
+    """The `E` frame answer to a batch whose handler raised `exc`."""
+    text = format_traceback(exc)
+    if is_out_of_memory(exc):
+        return Failure(507, OUT_OF_RESOURCES, text)
+    code = prediction_error_code(exc)
+    if code is not None:
+        return Failure(code, str(getattr(exc, "message", None) or exc), text)
+    if isinstance(exc, InvalidOutput):
+        return Failure(503, exc.message, exc.detail)
+    return Failure(503, PREDICTION_FAILED, text)
+
+
+def load_failure(exc: BaseException, summary: str, details: str | None = None) -> Failure:
+    """The `E` frame answer to a failed load."""
+    status = 507 if is_out_of_memory(exc) else 500
+    return Failure(status, summary, details if details is not None else format_traceback(exc))
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """MemoryError, or CUDA running out of memory, anywhere in the cause chain."""
+    torch = sys.modules.get("torch")
+    cuda_oom = getattr(getattr(torch, "cuda", None), "OutOfMemoryError", None)
+    kinds: tuple[type[BaseException], ...] = (MemoryError,)
+    if isinstance(cuda_oom, type) and issubclass(cuda_oom, BaseException):
+        kinds = (MemoryError, cuda_oom)
+    return any(isinstance(e, kinds) for e in cause_chain(exc))
+
+
+def prediction_error_code(exc: BaseException) -> int | None:
+    """The `error_code` of a PredictionException (ours, TorchServe's or MMS's)."""
+    is_prediction = any(cls.__name__ == "PredictionException" for cls in type(exc).__mro__)
+    code = getattr(exc, "error_code", None)
+    if is_prediction and isinstance(code, int) and not isinstance(code, bool):
+        return code
+    return None
+
+
+def cause_chain(exc: BaseException) -> Iterator[BaseException]:
+    """`exc`, then its explicit causes (`raise ... from ...`)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__
+
+
+def format_traceback(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))

@@ -1,0 +1,83 @@
+"""Handler output into per-request results: body bytes plus what the handler set on the context.
+
+`handle` must return a list with one item per request. Each item is encoded as
+TorchServe encodes it: `bytes`/`bytearray` as they are, `str` as UTF-8, a
+`torch.Tensor` with `torch.save` (only looked for when torch is already imported),
+anything else with ``json.dumps(item, indent=2)``.
+
+A result's status, reason phrase, content type and headers are the ones the handler
+set through the context for that request; the content type stays None when the
+handler set none (the route picks the default). Broken output raises
+`InvalidOutput` carrying TorchServe's message, and the batch fails with 503.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from typing import Any
+
+from ..protocol import InferenceResult
+from .context import Context
+
+NOT_A_LIST = "Invalid model predict output"
+WRONG_LENGTH = "number of batch response mismatched"
+UNSUPPORTED = "Unsupported model output data type."
+
+
+class InvalidOutput(Exception):
+    """`handle` returned something that cannot answer the batch."""
+
+    def __init__(self, message: str, detail: str) -> None:
+        super().__init__(f"{message}: {detail}")
+        self.message = message
+        self.detail = detail
+
+
+def build_results(outputs: Any, context: Context) -> list[InferenceResult]:
+    """One `InferenceResult` per request of the context's batch."""
+    expected = len(context.request_ids)
+    if not isinstance(outputs, list):
+        detail = f"handle() returned {type(outputs).__name__}; it must return a list"
+        raise InvalidOutput(NOT_A_LIST, f"{detail} of {expected} items")
+    if len(outputs) != expected:
+        detail = f"handle() returned {len(outputs)} items for a batch of {expected} requests"
+        raise InvalidOutput(WRONG_LENGTH, detail)
+    return [result_for(idx, item, context) for idx, item in enumerate(outputs)]
+
+
+def result_for(idx: int, item: Any, context: Context) -> InferenceResult:
+    processor = context.request_processor[idx]
+    return InferenceResult(
+        request_id=context.request_ids[idx],
+        status=processor.get_response_status_code(),
+        body=encode_output(item, idx),
+        content_type=processor.content_type(),
+        reason=processor.get_response_status_phrase(),
+        headers=processor.other_headers(),
+    )
+
+
+def encode_output(item: Any, idx: int = 0) -> bytes:
+    """The response body for one output item."""
+    if isinstance(item, (bytes, bytearray, memoryview)):
+        return bytes(item)
+    if isinstance(item, str):
+        return item.encode("utf-8")
+    tensor = _tensor_bytes(item)
+    if tensor is not None:
+        return tensor
+    try:
+        return json.dumps(item, indent=2).encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        raise InvalidOutput(UNSUPPORTED, f"output item {idx}: {exc}") from exc
+
+
+def _tensor_bytes(item: Any) -> bytes | None:
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(item, torch.Tensor):
+        return None
+    buffer = io.BytesIO()
+    torch.save(item, buffer)
+    return buffer.getvalue()

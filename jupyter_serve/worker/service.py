@@ -1,0 +1,206 @@
+"""The worker's frame loop: load one model on `L`, then answer every `I` with one `R` or `E`.
+
+`ModelService` holds the loaded handler and turns frames into frames, with no
+socket (so it can be driven in-process); `serve(sock, service)` runs it over the
+inherited connection. The `L` header (all keys but `model_dir` optional)::
+
+    model_name, model_dir, handler ("" -> the manifest's), gpu_id, batch_size,
+    limit_max_image_pixels, server_version, model_yaml_config,
+    decode_input_request
+
+A loaded model answers ``R {"status": 200, "message": "loaded", "pid"}``; a failed
+load answers `E` (500, or 507 out of memory) and `serve` returns 1. A batch
+answers ``R`` with ``encode_results(results, metrics=[...], predict_ms=...)`` or,
+when the whole batch failed, `E` (see `failures`). EOF returns 0; a malformed
+frame raises `ProtocolError`.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..archive import read_manifest
+from ..protocol import (
+    Frame,
+    InferenceRequest,
+    Kind,
+    ProtocolError,
+    decode_infer,
+    encode_results,
+    read_frame_sync,
+    write_frame_sync,
+)
+from .context import Context
+from .failures import Failure, format_traceback, load_failure, prediction_failure
+from .inputs import build_batch
+from .loader import DEFAULT_BUILTIN_PACKAGE, HandleFunction, HandlerLoadError, load_handler
+from .metrics import MetricsCache, MetricTypes
+from .outputs import build_results
+
+GAUGE = MetricTypes.GAUGE
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    """The `L` frame's header, with TorchServe's defaults."""
+
+    model_name: str
+    model_dir: str
+    handler: str = ""
+    gpu_id: int | None = None
+    batch_size: int = 1
+    limit_max_image_pixels: bool = True
+    server_version: str = ""
+    model_yaml_config: dict[str, Any] = field(default_factory=dict)
+    decode_input_request: bool = True
+
+    @classmethod
+    def from_header(cls, header: dict[str, Any]) -> LoadSpec:
+        try:
+            gpu = header.get("gpu_id")
+            return cls(
+                model_name=str(header.get("model_name") or ""),
+                model_dir=str(header["model_dir"]),
+                handler=str(header.get("handler") or ""),
+                gpu_id=None if gpu is None else int(gpu),
+                batch_size=int(header.get("batch_size") or 1),
+                limit_max_image_pixels=bool(header.get("limit_max_image_pixels", True)),
+                server_version=str(header.get("server_version") or ""),
+                model_yaml_config=dict(header.get("model_yaml_config") or {}),
+                decode_input_request=bool(header.get("decode_input_request", True)),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ProtocolError(f"Bad load header: {exc!r}") from exc
+
+
+@dataclass
+class LoadedModel:
+    """A model whose handler is initialized: everything a batch needs."""
+
+    spec: LoadSpec
+    manifest: dict[str, Any]
+    metrics: MetricsCache
+    handle: HandleFunction | None = None
+
+    def context(self) -> Context:
+        """A fresh context for this model, with no requests attached yet."""
+        spec = self.spec
+        return Context(
+            spec.model_name,
+            str(Path(spec.model_dir)),
+            self.manifest,
+            spec.batch_size,
+            spec.gpu_id,
+            spec.server_version,
+            limit_max_image_pixels=spec.limit_max_image_pixels,
+            metrics=self.metrics,
+            model_yaml_config=spec.model_yaml_config,
+        )
+
+    @property
+    def handler(self) -> str:
+        """The effective handler string: the load request's, else the manifest's."""
+        return self.spec.handler or str(self.manifest.get("model", {}).get("handler") or "")
+
+
+class ModelService:
+    """One model's handler, answering load and inference frames."""
+
+    def __init__(
+        self,
+        torch_threads: int | None = None,
+        builtin_package: str = DEFAULT_BUILTIN_PACKAGE,
+        chdir: bool = False,
+    ) -> None:
+        self.torch_threads = torch_threads
+        self.builtin_package = builtin_package
+        self.chdir = chdir
+        self.model: LoadedModel | None = None
+
+    def load(self, frame: Frame) -> Frame:
+        """Answer an `L` frame: R(200) once the handler is initialized, else E."""
+        if frame.kind is not Kind.LOAD or self.model is not None:
+            raise ProtocolError(f"Expected one L frame first, got {frame.kind.value}")
+        spec = LoadSpec.from_header(frame.header)
+        try:
+            self.model = self._load(spec)
+        except Exception as exc:
+            failure = _load_failure(spec, exc)
+            print(failure.traceback, file=sys.stderr, flush=True)
+            return failure.frame()
+        return Frame(Kind.RESULT, {"status": 200, "message": "loaded", "pid": os.getpid()})
+
+    def _load(self, spec: LoadSpec) -> LoadedModel:
+        manifest = read_manifest(spec.model_dir).to_dict()
+        model = LoadedModel(spec, manifest, MetricsCache(spec.model_name))
+        if not model.handler:
+            raise HandlerLoadError(f"No handler given and none in the manifest of {spec.model_dir}")
+        if self.chdir:  # TorchServe runs its workers in the model directory.
+            os.chdir(spec.model_dir)
+        _, model.handle = load_handler(
+            model.handler, spec.model_dir, model.context(), self.builtin_package
+        )
+        self._set_torch_threads()
+        return model
+
+    def _set_torch_threads(self) -> None:
+        torch = sys.modules.get("torch")
+        if self.torch_threads and torch is not None:
+            torch.set_num_threads(self.torch_threads)
+
+    def infer(self, frame: Frame) -> Frame:
+        """Answer an `I` frame with R (per-request results) or E (the batch failed)."""
+        if frame.kind is not Kind.INFER or self.model is None:
+            raise ProtocolError(f"Expected an I frame after a load, got {frame.kind.value}")
+        try:
+            requests, command = decode_infer(frame)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ProtocolError(f"Bad inference header: {exc!r}") from exc
+        return run_batch(self.model, requests, command)
+
+
+def run_batch(model: LoadedModel, requests: list[InferenceRequest], command: str) -> Frame:
+    """Call the handler on one batch: an R frame with results and metrics, or an E frame."""
+    if model.handle is None:
+        raise ProtocolError("The model is not loaded")
+    batch = build_batch(requests, command, model.spec.decode_input_request)
+    context = model.context().with_requests(batch.request_ids, batch.headers)
+    model.metrics.begin_batch(context.request_ids)
+    started = time.perf_counter()
+    try:
+        outputs = model.handle(batch.data, context)
+        predict_ms = (time.perf_counter() - started) * 1000
+        results = build_results(outputs, context)
+    except Exception as exc:
+        model.metrics.drain()
+        failure = prediction_failure(exc)
+        print(failure.traceback, file=sys.stderr, flush=True)
+        return failure.frame()
+    dimensions = {"ModelName": model.spec.model_name, "Level": "Model"}
+    model.metrics.add_metric("PredictionTime", predict_ms, "ms", None, dimensions, GAUGE)
+    return encode_results(results, metrics=model.metrics.drain(), predict_ms=predict_ms)
+
+
+def _load_failure(spec: LoadSpec, exc: Exception) -> Failure:
+    summary = f"Loading model {spec.model_name!r} failed: {exc}".splitlines()[0]
+    details = getattr(exc, "details", "") or format_traceback(exc)
+    return load_failure(exc, summary, details)
+
+
+def serve(sock: socket.socket, service: ModelService) -> int:
+    """Run `service` over `sock` until EOF (0) or a failed load (1)."""
+    frame = read_frame_sync(sock)
+    if frame is None:
+        return 0
+    write_frame_sync(sock, reply := service.load(frame))
+    if reply.kind is Kind.ERROR:
+        return 1
+    while (frame := read_frame_sync(sock)) is not None:
+        write_frame_sync(sock, service.infer(frame))
+    return 0
