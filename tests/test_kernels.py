@@ -1,0 +1,111 @@
+"""Kernelspec interpreters, read from real kernelspecs installed into a temporary JUPYTER_PATH."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jupyter_serve.errors import BadRequest
+from jupyter_serve.kernels import python_for_kernel, worker_pythonpath
+
+
+@pytest.fixture
+def jupyter_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty kernelspec folder that is the only one jupyter_client looks in besides defaults."""
+    root = tmp_path / "jupyter"
+    (root / "kernels").mkdir(parents=True)
+    monkeypatch.setenv("JUPYTER_PATH", str(root))
+    return root
+
+
+def add_kernel(root: Path, name: str, argv: list[str], **extra: Any) -> None:
+    folder = root / "kernels" / name
+    folder.mkdir()
+    spec = {"argv": argv, "display_name": name, "language": "python", **extra}
+    (folder / "kernel.json").write_text(json.dumps(spec))
+
+
+def env_python(tmp_path: Path, name: str = "python3") -> Path:
+    """A python executable inside its own "environment" bin folder (a symlink to this one)."""
+    bin_dir = tmp_path / "env" / "bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    link = bin_dir / name
+    link.symlink_to(sys.executable)
+    return link
+
+
+def test_absolute_interpreter_is_returned_unresolved(jupyter_path: Path, tmp_path: Path) -> None:
+    python = env_python(tmp_path)
+    add_kernel(jupyter_path, "torch-env", [str(python), "-m", "ipykernel_launcher", "-f", "{c}"])
+    # The symlink itself, never its target: resolving it would leave the environment.
+    assert python_for_kernel("torch-env") == str(python)
+
+
+def test_bare_python_names_are_the_servers_interpreter(jupyter_path: Path, tmp_path: Path) -> None:
+    env_python(tmp_path)
+    spec_env = {"PATH": str(tmp_path / "env" / "bin")}
+    add_kernel(jupyter_path, "plain", ["python3", "-m", "ipykernel_launcher"], env=spec_env)
+    # jupyter_client starts "python"/"python3" as sys.executable, whatever the PATH says.
+    assert python_for_kernel("plain") == sys.executable
+
+
+def test_other_names_resolve_through_the_kernels_path(jupyter_path: Path, tmp_path: Path) -> None:
+    python = env_python(tmp_path, "python3.99")
+    spec_env = {"PATH": f"{tmp_path / 'env' / 'bin'}:${{PATH}}"}
+    add_kernel(jupyter_path, "pinned", ["python3.99", "-m", "ipykernel_launcher"], env=spec_env)
+    assert python_for_kernel("pinned") == str(python)
+
+
+def test_env_launcher_resolves_its_program(jupyter_path: Path, tmp_path: Path) -> None:
+    python = env_python(tmp_path)
+    spec_env = {"PATH": str(tmp_path / "env" / "bin")}
+    argv = ["/usr/bin/env", "-u", "X", "python3", "-m", "ipykernel_launcher"]
+    add_kernel(jupyter_path, "via-env", argv, env=spec_env)
+    assert python_for_kernel("via-env") == str(python)
+
+
+def test_unknown_kernel_lists_the_available_ones(jupyter_path: Path, tmp_path: Path) -> None:
+    add_kernel(jupyter_path, "alpha", [str(env_python(tmp_path)), "-m", "ipykernel_launcher"])
+    with pytest.raises(BadRequest, match='No such kernel: "nope"') as caught:
+        python_for_kernel("nope")
+    assert "alpha" in caught.value.message
+    assert caught.value.status_code == 400
+
+
+def test_non_python_kernel_is_refused(jupyter_path: Path, tmp_path: Path) -> None:
+    add_kernel(jupyter_path, "ir", ["R", "--slave"], language="R")
+    with pytest.raises(BadRequest, match='Kernel "ir" runs R, not Python'):
+        python_for_kernel("ir")
+
+
+def test_launcher_that_is_not_python_is_refused(jupyter_path: Path) -> None:
+    add_kernel(jupyter_path, "conda", ["conda", "run", "-n", "x", "python", "-m", "ipykernel"])
+    with pytest.raises(BadRequest, match="does not start a Python interpreter directly"):
+        python_for_kernel("conda")
+
+
+def test_missing_interpreter_is_refused(jupyter_path: Path, tmp_path: Path) -> None:
+    add_kernel(jupyter_path, "gone", [str(tmp_path / "nowhere" / "python3"), "-m", "x"])
+    with pytest.raises(BadRequest, match="which is not an executable"):
+        python_for_kernel("gone")
+    add_kernel(jupyter_path, "offpath", ["python3.98", "-m", "x"], env={"PATH": str(tmp_path)})
+    with pytest.raises(BadRequest, match="not on its PATH"):
+        python_for_kernel("offpath")
+
+
+def test_worker_pythonpath_makes_the_package_importable(tmp_path: Path) -> None:
+    # -S skips site-packages (and with it the editable install): only PYTHONPATH can help.
+    command = [sys.executable, "-S", "-c", "import jupyter_serve; print(jupyter_serve.__file__)"]
+    bare = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    without = subprocess.run(command, cwd=tmp_path, env=bare, capture_output=True, text=True)
+    assert without.returncode != 0
+    with_path = {**bare, "PYTHONPATH": worker_pythonpath()}
+    found = subprocess.run(command, cwd=tmp_path, env=with_path, capture_output=True, text=True)
+    assert found.returncode == 0, found.stderr
+    assert Path(found.stdout.strip()).parent == Path(worker_pythonpath()) / "jupyter_serve"
