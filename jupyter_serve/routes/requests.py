@@ -1,0 +1,57 @@
+"""Turn an HTTP request into an `InferenceRequest` with TorchServe's parsing rules.
+
+TorchServe's frontend (`InferenceRequestHandler.parseRequest`):
+
+* a `multipart/form-data` or `application/x-www-form-urlencoded` body becomes one
+  parameter per form field (a repeated name keeps the last value); uploaded files
+  carry their part's content type, plain fields none (the handler gets bytes);
+* any other body becomes one parameter named `body`, tagged with the request's
+  content type;
+* every HTTP header is forwarded to the handler; the frontend adds `explain`
+  ("True"/"False") and, for extra path segments after the version, `url_path`.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from tornado.httputil import HTTPServerRequest
+
+from ..protocol import InferenceRequest, Parameter
+
+FORM_TYPES = ("multipart/form-data", "application/x-www-form-urlencoded")
+
+
+def new_request_id() -> str:
+    """A request id as TorchServe formats them (a UUID4 string)."""
+    return str(uuid.uuid4())
+
+
+def to_inference_request(
+    request: HTTPServerRequest,
+    request_id: str,
+    *,
+    explain: bool = False,
+    url_path: str | None = None,
+) -> InferenceRequest:
+    """The `InferenceRequest` the worker's handler sees for this HTTP request."""
+    headers = dict(request.headers.get_all())
+    headers["explain"] = "True" if explain else "False"
+    if url_path:
+        headers["url_path"] = url_path
+    return InferenceRequest(request_id, headers, tuple(_parameters(request)))
+
+
+def _parameters(request: HTTPServerRequest) -> list[Parameter]:
+    content_type = request.headers.get("Content-Type", "")
+    if content_type.split(";", 1)[0].strip().lower() not in FORM_TYPES:
+        return [Parameter("body", content_type, request.body or b"")]
+    fields: dict[str, Parameter] = {}
+    for name, values in request.body_arguments.items():
+        if values:
+            fields[name] = Parameter(name, "", values[-1])
+    for name, files in request.files.items():
+        if files:
+            upload = files[-1]
+            fields[name] = Parameter(name, upload.content_type or "", upload.body)
+    return list(fields.values())
