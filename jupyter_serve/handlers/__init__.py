@@ -1,0 +1,74 @@
+"""Model handlers (TorchServe's meaning): the classes and functions that run a model.
+
+They run inside worker processes and never import tornado or jupyter_server.
+This package is light: importing it imports neither torch nor any handler
+module; each name below is imported on first access.
+
+* `BaseHandler` (base), `VisionHandler` (vision): classes to subclass.
+* The default handlers, one class per module so a manifest can name the
+  module: `ImageClassifier` (image_classifier), `ImageSegmenter`
+  (image_segmenter), `ObjectDetector` (object_detector), `TextClassifier`
+  (text_classifier).
+* `handler_factory` (factory): a function entry point built from plain functions.
+* `PredictionException` (exceptions), `load_label_mapping` and
+  `map_class_to_label` (utils).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .base import BaseHandler
+    from .exceptions import PredictionException
+    from .factory import handler_factory
+    from .image_classifier import ImageClassifier
+    from .image_segmenter import ImageSegmenter
+    from .object_detector import ObjectDetector
+    from .text_classifier import TextClassifier
+    from .utils import load_label_mapping, map_class_to_label
+    from .vision import VisionHandler
+
+_LOCATIONS = {
+    "BaseHandler": "base",
+    "VisionHandler": "vision",
+    "ImageClassifier": "image_classifier",
+    "ImageSegmenter": "image_segmenter",
+    "ObjectDetector": "object_detector",
+    "TextClassifier": "text_classifier",
+    "handler_factory": "factory",
+    "PredictionException": "exceptions",
+    "load_label_mapping": "utils",
+    "map_class_to_label": "utils",
+}
+
+#: The built-in handler names a manifest may use, as TorchServe's default handlers.
+DEFAULT_HANDLERS = ("image_classifier", "image_segmenter", "object_detector", "text_classifier")
+
+__all__ = [
+    "DEFAULT_HANDLERS",
+    "BaseHandler",
+    "ImageClassifier",
+    "ImageSegmenter",
+    "ObjectDetector",
+    "PredictionException",
+    "TextClassifier",
+    "VisionHandler",
+    "handler_factory",
+    "load_label_mapping",
+    "map_class_to_label",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LOCATIONS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
