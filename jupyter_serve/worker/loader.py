@@ -76,7 +76,7 @@ class EntryPoint:
 def parse_handler(handler: str) -> tuple[str, str | None]:
     """(module name, entry point name or None) of a handler string."""
     spec, _, entry = handler.strip().partition(":")
-    module = spec.replace("\\", "/").rsplit("/", 1)[-1]
+    module = spec.strip().replace("\\", "/").rsplit("/", 1)[-1]
     if module.endswith(".py"):
         module = module[: -len(".py")]
     if not module:
