@@ -29,9 +29,13 @@ import copy
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .errors import RequestTimeout, ServeError, ServiceUnavailable
 from .protocol import InferenceRequest, InferenceResult
+
+if TYPE_CHECKING:
+    from .models import ModelSpec
 
 __all__ = [
     "Batcher",
@@ -92,6 +96,17 @@ class Batcher:
     _queue: deque[Pending] = field(default_factory=deque, init=False, repr=False)
     _arrived: asyncio.Event = field(default_factory=asyncio.Event, init=False, repr=False)
     _closed: ServeError | None = field(default=None, init=False, repr=False)
+
+    @classmethod
+    def for_spec(cls, spec: ModelSpec) -> Batcher:
+        """The batcher a model version's `ModelSpec` asks for."""
+        return cls(
+            spec.model_name,
+            batch_size=spec.batch_size,
+            max_batch_delay=spec.max_batch_delay,
+            job_queue_size=spec.job_queue_size,
+            strict=spec.batch_policy == "strict",
+        )
 
     @property
     def pending_count(self) -> int:

@@ -1,0 +1,384 @@
+"""`WorkerPool`: keeps N workers of one model version alive and feeds them batches.
+
+Each worker has a *slot*: a supervisor task that starts a worker, runs its
+dispatch loop (`batch = await batcher.next_batch(); await worker.predict(batch)`)
+while it lives, stops it, waits the next backoff delay and starts a new one.
+The backoff (TorchServe's Fibonacci seconds, 0 to 1597) is reset by every
+successful load. Slot k gets the k-th GPU of `devices.assign_devices`, so GPU
+workers stay round-robin across restarts and scaling.
+
+Scaling down retires the newest slots: an idle worker stops at once, a busy one
+after its batch. `stop()` stops every worker now; batches in flight then fail
+with 503.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import logging
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .. import devices
+from ..batching import Batcher, BatcherClosed, Pending, no_worker_message
+from ..errors import BadRequest, ServeError, ServiceUnavailable
+from ..protocol import InferenceRequest, InferenceResult
+from .errors import WorkerLoadError
+from .logs import LOGGER, WorkerLog
+from .worker import SubprocessWorker, WorkerReply, WorkerState
+
+if TYPE_CHECKING:
+    from ..models import ModelSpec
+
+__all__ = ["BACKOFF", "MetricsCallback", "ScaleResult", "WorkerPool"]
+
+BACKOFF = (0, 1, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 377, 610, 987, 1597)
+MetricsCallback = Callable[["ModelSpec", list[dict[str, Any]], float, int, float], None]
+"""on_metrics(spec, metrics, predict_ms, batch_len, queue_ms): queue_ms is the batch's mean."""
+
+
+@dataclass(frozen=True)
+class ScaleResult:
+    """What a `scale` call did: workers started and stopped, and the loads that failed."""
+
+    target: int
+    started: int = 0
+    stopped: int = 0
+    failures: tuple[WorkerLoadError, ...] = ()
+    waited: bool = True
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    @property
+    def messages(self) -> list[str]:
+        return [error.message for error in self.failures]
+
+
+@dataclass(eq=False)
+class _Slot:
+    """One worker position: its supervisor task, its current worker, its GPU."""
+
+    gpu_id: int | None
+    first_load: asyncio.Future[WorkerLoadError | None]
+    attention: asyncio.Event = field(default_factory=asyncio.Event)
+    retiring: bool = False
+    worker: SubprocessWorker | None = None
+    task: asyncio.Task[None] | None = None
+
+
+class WorkerPool:
+    """The workers of one model version, pulling batches from its `Batcher`.
+
+    Args:
+        spec: the model version.
+        batcher: its queue.
+        command: the worker command before "--fd N"; default
+            `[spec.python, "-m", "jupyter_serve.worker"]`.
+        backoff: seconds to wait before restart number 1, 2, ... (the last repeats).
+        on_metrics: called after each answered predict batch (see `MetricsCallback`).
+        log_buffer: the ring buffer for the model's worker output (kept across pools).
+        gpu_count: how many GPUs are visible (asked once, when the first worker starts).
+        stop_grace: seconds between SIGTERM and SIGKILL when stopping a worker.
+    """
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        batcher: Batcher,
+        *,
+        command: Sequence[str] | None = None,
+        backoff: Sequence[float] = BACKOFF,
+        on_metrics: MetricsCallback | None = None,
+        log_buffer: deque[str] | None = None,
+        gpu_count: Callable[[], int] = devices.gpu_count,
+        stop_grace: float = 5.0,
+    ) -> None:
+        self.spec = spec
+        self.batcher = batcher
+        self.command = list(command or [spec.python, "-m", "jupyter_serve.worker"])
+        self.min_workers = 0
+        self.max_workers = 0
+        self.log = WorkerLog(spec.model_name, log_buffer)
+        self._backoff = tuple(backoff) or (0,)
+        self._on_metrics = on_metrics
+        self._gpu_count = gpu_count
+        self._visible: int | None = None
+        self._stop_grace = stop_grace
+        self._slots: list[_Slot] = []
+        self._retired: set[_Slot] = set()
+        self._changed = asyncio.Event()
+        self._stopped = False
+
+    # ---- public view ---------------------------------------------------------
+
+    @property
+    def workers(self) -> list[dict[str, Any]]:
+        """TorchServe's describe objects of the current workers (restarting slots excluded)."""
+        live = (slot.worker for slot in self._slots)
+        return [w.describe() for w in live if w is not None and w.state is not WorkerState.DEAD]
+
+    @property
+    def healthy_count(self) -> int:
+        """Workers loaded and serving (READY or BUSY)."""
+        return sum(1 for slot in self._slots if slot.worker is not None and slot.worker.alive)
+
+    @property
+    def worker_count(self) -> int:
+        """Workers the pool keeps (the target), whether or not they are up right now."""
+        return len(self._slots)
+
+    @property
+    def processes(self) -> list[SubprocessWorker]:
+        """Workers whose process runs, including retiring ones still finishing a batch."""
+        workers = (slot.worker for slot in [*self._slots, *self._retired])
+        return [w for w in workers if w is not None and w.pid is not None and w.returncode is None]
+
+    def recent_logs(self, limit: int | None = None) -> list[str]:
+        """The model's newest worker output lines, oldest first."""
+        return self.log.recent(limit)
+
+    async def wait_until(self, predicate: Callable[[WorkerPool], bool]) -> None:
+        """Return once `predicate(self)` holds; re-checked after every worker state change."""
+        while not predicate(self):
+            changed = self._changed
+            await changed.wait()
+
+    # ---- scaling -------------------------------------------------------------
+
+    async def scale(
+        self, min_workers: int, max_workers: int | None = None, *, wait: bool = True
+    ) -> ScaleResult:
+        """Start or stop workers until `min_workers` run.
+
+        With `wait`, return once new workers loaded (or failed their first load)
+        and removed workers stopped; otherwise return right after scheduling.
+        """
+        max_workers = min_workers if max_workers is None else max_workers
+        if min_workers < 0 or max_workers < min_workers:
+            raise BadRequest("max_worker cannot be less than min_worker.")
+        if self._stopped:
+            raise ServiceUnavailable(f"The worker pool of {self.spec.model_name} is stopped.")
+        self.min_workers, self.max_workers = min_workers, max_workers
+        added = [self._add_slot() for _ in range(min_workers - len(self._slots))]
+        removed = [self._retire(self._slots.pop()) for _ in range(len(self._slots) - min_workers)]
+        self._notify()
+        if not wait:
+            return ScaleResult(min_workers, len(added), len(removed), waited=False)
+        outcomes = await asyncio.gather(*(slot.first_load for slot in added))
+        await asyncio.gather(
+            *(s.task for s in removed if s.task is not None), return_exceptions=True
+        )
+        failures = tuple(error for error in outcomes if error is not None)
+        return ScaleResult(min_workers, len(added) - len(failures), len(removed), failures)
+
+    async def stop(self) -> None:
+        """Stop every worker (in-flight batches fail with 503); no process is left running."""
+        self._stopped = True
+        slots = [*self._slots, *self._retired]
+        self._slots.clear()
+        for slot in slots:
+            slot.retiring = True
+            if slot.task is not None:
+                slot.task.cancel()
+        await asyncio.gather(*(s.task for s in slots if s.task is not None), return_exceptions=True)
+        self._notify()
+
+    async def predict_one(
+        self, request: InferenceRequest, command: str = "describe"
+    ) -> InferenceResult:
+        """Run one request alone on some worker (describe jobs); 503 without a worker."""
+        if self.healthy_count == 0:
+            job = "describe" if command == "describe" else "inference"
+            raise ServiceUnavailable(no_worker_message(self.spec.model_name, job=job))
+        deadline = asyncio.get_running_loop().time() + self.spec.response_timeout
+        return await self.batcher.submit(request, deadline, command=command)
+
+    def _add_slot(self) -> _Slot:
+        index = len(self._slots)
+        loop = asyncio.get_running_loop()
+        slot = _Slot(gpu_id=self._gpu_for(index), first_load=loop.create_future())
+        self._slots.append(slot)
+        slot.task = asyncio.ensure_future(self._supervise(slot))
+        return slot
+
+    def _retire(self, slot: _Slot) -> _Slot:
+        slot.retiring = True
+        slot.attention.set()
+        self._retired.add(slot)
+        worker = slot.worker
+        if slot.task is not None and (worker is None or worker.state is WorkerState.STARTING):
+            slot.task.cancel()  # nothing in flight: no need to wait for a load to finish
+        return slot
+
+    def _gpu_for(self, index: int) -> int | None:
+        if self._visible is None:
+            self._visible = self._gpu_count()
+        spec = self.spec
+        ids = devices.assign_devices(
+            1, spec.device_type, spec.device_ids, self._visible, start=index
+        )
+        return ids[0]
+
+    def _notify(self) -> None:
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    # ---- one slot's life -----------------------------------------------------
+
+    async def _supervise(self, slot: _Slot) -> None:
+        restarts = 0  # since the last successful load
+        try:
+            while not slot.retiring:
+                if await self._run_worker(slot):
+                    restarts = 0
+                if slot.retiring:
+                    break
+                await self._pause(slot, self._backoff[min(restarts, len(self._backoff) - 1)])
+                restarts += 1
+        finally:
+            if not slot.first_load.done():
+                slot.first_load.set_result(WorkerLoadError("Worker stopped before it loaded."))
+            self._retired.discard(slot)
+            self._notify()
+
+    async def _run_worker(self, slot: _Slot) -> bool:
+        """Start one worker in `slot`, serve with it until it dies; True if it loaded."""
+        worker = SubprocessWorker(
+            self.spec,
+            self.command,
+            self.log,
+            gpu_id=slot.gpu_id,
+            env=devices.worker_env(slot.gpu_id, gpus=self._visible),
+            on_exit=lambda _: self._worker_exited(slot),
+        )
+        slot.worker = worker
+        try:
+            if not await self._load(slot, worker):
+                return False
+            await self._serve(slot, worker)
+            return True
+        finally:
+            await worker.stop(self._stop_grace)
+            self._notify()
+
+    async def _load(self, slot: _Slot, worker: SubprocessWorker) -> bool:
+        self._notify()
+        outcome = await self._start(worker)
+        if not slot.first_load.done():
+            slot.first_load.set_result(outcome)
+        self._notify()
+        return outcome is None
+
+    async def _start(self, worker: SubprocessWorker) -> WorkerLoadError | None:
+        try:
+            await worker.start()
+        except WorkerLoadError as error:
+            self.log.emit(worker.id, f"Load failed: {error.message}", logging.WARNING)
+            return error
+        except Exception as exc:  # a bug must not end the slot: report it, back off, retry
+            LOGGER.exception("Starting worker %s failed", worker.id)
+            return WorkerLoadError(f"Cannot start worker {worker.id}: {exc!r}")
+        return None
+
+    async def _pause(self, slot: _Slot, delay: float) -> None:
+        """Wait the backoff `delay` before a restart, cut short if the slot is retired."""
+        if delay <= 0:
+            return
+        self.log.emit("pool", f"Restarting a worker in {delay:g} s")
+        slot.attention.clear()
+        if slot.retiring:
+            return
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(slot.attention.wait(), delay)
+
+    def _worker_exited(self, slot: _Slot) -> None:
+        slot.attention.set()
+        self._notify()
+
+    # ---- dispatch ------------------------------------------------------------
+
+    async def _serve(self, slot: _Slot, worker: SubprocessWorker) -> None:
+        """The dispatch loop: pull a batch, run it on `worker`, until it dies or retires."""
+        slot.attention.clear()
+        while worker.state is WorkerState.READY and not slot.retiring:
+            try:
+                batch = await self._next_batch(slot, worker)
+            except BatcherClosed:
+                slot.retiring = True  # the model is going away: wind down
+                return
+            if batch is None:
+                return
+            await self._run_batch(worker, batch)
+
+    async def _next_batch(self, slot: _Slot, worker: SubprocessWorker) -> list[Pending] | None:
+        """The next batch, or None when the worker died or the slot retired meanwhile."""
+        getter = asyncio.ensure_future(self.batcher.next_batch())
+        interrupt = asyncio.ensure_future(slot.attention.wait())
+        try:
+            await asyncio.wait((getter, interrupt), return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            self._abandon(getter)
+            raise
+        finally:
+            interrupt.cancel()
+        if getter.done() and worker.state is WorkerState.READY and not slot.retiring:
+            return getter.result()
+        self._abandon(getter)
+        return None
+
+    def _abandon(self, getter: asyncio.Future[list[Pending]]) -> None:
+        """Cancel a pending `next_batch`, or put back the batch it already took."""
+        if not getter.done():
+            getter.cancel()
+        elif not getter.cancelled() and getter.exception() is None:
+            self.batcher.requeue(getter.result())
+
+    async def _run_batch(self, worker: SubprocessWorker, batch: list[Pending]) -> None:
+        loop = asyncio.get_running_loop()
+        queue_ms = sum(loop.time() - item.arrival for item in batch) * 1000 / len(batch)
+        try:
+            reply = await worker.predict([item.request for item in batch], batch[0].command)
+        except ServeError as error:
+            _fail(batch, error)
+            return
+        except asyncio.CancelledError:
+            _fail(batch, ServiceUnavailable(no_worker_message(self.spec.model_name)))
+            raise
+        _deliver(batch, reply)
+        if batch[0].command == "predict":
+            self._record(reply, len(batch), queue_ms)
+
+    def _record(self, reply: WorkerReply, batch_len: int, queue_ms: float) -> None:
+        if self._on_metrics is None:
+            return
+        try:
+            self._on_metrics(self.spec, reply.metrics, reply.predict_ms, batch_len, queue_ms)
+        except Exception:  # metrics must never break serving
+            LOGGER.exception("on_metrics failed for %s", self.spec.model_name)
+
+
+def _deliver(batch: list[Pending], reply: WorkerReply) -> None:
+    """Set each client's result, matched by position if the ids line up, else by id."""
+    ids = [item.request.request_id for item in batch]
+    results: list[InferenceResult | None] = list(reply.results)
+    if [result.request_id for result in reply.results] != ids:
+        by_id = {result.request_id: result for result in reply.results}
+        results = [by_id.get(rid) for rid in ids]
+    for item, result in zip(batch, results, strict=False):
+        if item.alive and result is not None:
+            item.future.set_result(result)
+    missing = ServeError("number of batch response mismatched", status_code=503)
+    _fail(batch, missing)
+
+
+def _fail(items: Iterable[Pending], error: ServeError) -> None:
+    """Give each waiting client its own copy of `error`."""
+    for item in items:
+        if item.alive:
+            item.future.set_exception(copy.copy(error))
