@@ -157,6 +157,7 @@ def test_missing_dependency_inside_the_module_is_not_masked(model_dir: Path) -> 
     with pytest.raises(HandlerLoadError) as info:
         resolve_handler("needs.py", model_dir)
     assert "No module named 'surely_not_installed_pkg'" in str(info.value)
+    assert str(model_dir / "needs.py") in str(info.value)
     assert "needs.py" in info.value.details
     assert isinstance(info.value.__cause__, ModuleNotFoundError)
 

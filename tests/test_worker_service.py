@@ -444,6 +444,7 @@ def test_missing_dependency_is_reported_not_masked(tmp_path: Path) -> None:
     header, code, _ = load_and_exit(folder, "needs_dep.py")
     assert (header["status"], code) == (500, 1)
     assert "No module named 'not_installed_dep_x'" in header["message"]
+    assert f"handler file {folder / 'needs_dep.py'}" in header["message"]
     assert "needs_dep.py" in header["traceback"]
 
 

@@ -111,7 +111,9 @@ def import_handler_module(name: str, model_dir: Path, builtin_package: str) -> M
     """The module `name` from the model directory, else the built-in handler `name`."""
     ensure_on_path(model_dir)
     check_not_shadowed(name, model_dir)
-    local = _import(name, f"handler module {name!r} in {model_dir}")
+    file = model_dir / f"{name.replace('.', '/')}.py"
+    what = f"handler file {file}" if file.is_file() else f"handler module {name!r} in {model_dir}"
+    local = _import(name, what)
     if local is not None:
         return local
     builtin_name = f"{builtin_package}.{BUILTIN_MODULES.get(name, name)}"
