@@ -256,3 +256,13 @@ def test_importing_the_handlers_is_cheap_and_worker_safe() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "[]"
+
+
+def test_a_model_file_the_handler_imported_is_reused(
+    model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(model_dir))
+    import model  # type: ignore[import-not-found]  # as a handler doing `from model import Net`
+
+    handler, _ = _loaded(model_dir)
+    assert type(handler.model) is model.Net

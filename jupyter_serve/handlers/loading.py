@@ -54,12 +54,17 @@ def import_model_file(path: Path) -> ModuleType:
     """Import the model definition file `path` under its stem as module name.
 
     The module is registered in `sys.modules` (classes defined there must be
-    importable by name); a module of the same name is replaced, as a fresh
-    worker would load it.
+    importable by name). If the handler already imported this very file (a
+    handler doing `from model import Net`), that module is reused; a module of
+    the same name from elsewhere is replaced, as a fresh worker would load it.
     """
     if not path.is_file():
         raise FileNotFoundError(f"Missing the model definition file {path.name} in {path.parent}")
     name = path.stem
+    loaded = sys.modules.get(name)
+    loaded_file = getattr(loaded, "__file__", None)
+    if loaded is not None and loaded_file and Path(loaded_file).resolve() == path.resolve():
+        return loaded
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"Cannot import the model file {path}")
