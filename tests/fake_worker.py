@@ -12,9 +12,10 @@ status), `ignore_sigterm` (true: SIGTERM does nothing).
 Each `I` batch echoes every request's first parameter (or its id) with headers
 `x-batch` (the batch's ids, comma-joined), `x-command` and `x-pid`, and reports
 one metric. Request headers steer the batch: `x-sleep` (seconds), `x-print`
-(a line for stdout), `x-exit` (exit code, no answer), `x-kill` (SIGKILL itself),
-`x-fail` (answer `E` with that status), `x-info` (body = JSON of `argv`, `load`
-(the L header) or `env:NAME`).
+(a line for stdout), `x-fifo` (wait until that FIFO is written and closed),
+`x-exit` (exit code, no answer), `x-kill` (SIGKILL itself), `x-fail` (answer `E`
+with that status), `x-info` (body = JSON of `argv`, `load` (the L header) or
+`env:NAME`).
 """
 
 from __future__ import annotations
@@ -81,6 +82,10 @@ def answer_batch(requests: list[InferenceRequest], command: str, load: dict[str,
         if "x-print" in h:
             print(h["x-print"], flush=True)
     time.sleep(max((float(h.get("x-sleep", 0)) for h in headers), default=0.0))
+    for h in headers:
+        if "x-fifo" in h:  # block until the test opens the FIFO for writing and closes it
+            with open(h["x-fifo"], "rb") as fifo:
+                fifo.read()
     for h in headers:
         if "x-kill" in h:
             os.kill(os.getpid(), signal.SIGKILL)

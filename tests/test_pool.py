@@ -186,6 +186,47 @@ def test_stop_kills_a_worker_that_ignores_sigterm_and_fails_its_batch(
     assert pid_gone(pid)
 
 
+def test_scale_down_lets_a_busy_worker_finish_its_batch(
+    make_spec: Callable[..., ModelSpec], tmp_path: Path
+) -> None:
+    fifo = tmp_path / "release"
+    os.mkfifo(fifo)
+
+    async def main() -> tuple[InferenceResult, ScaleResult, list[int]]:
+        pool = make_pool(make_spec())
+        await pool.scale(1)
+        worker_pids = pids(pool)
+        busy = submit(pool, "busy", b"done", **{"x-print": "busy", "x-fifo": str(fifo)})
+        await wait_for_log(pool, "busy")
+        scaled = await pool.scale(0, wait=False)
+        assert (pool.healthy_count, len(pool.processes)) == (0, 1)  # retiring, still working
+        os.close(os.open(fifo, os.O_WRONLY))  # let the worker finish its batch
+        result: InferenceResult = await busy
+        await pool.wait_until(lambda p: not p.processes)
+        await pool.stop()
+        return result, scaled, worker_pids
+
+    result, scaled, worker_pids = run(main())
+    assert result.body == b"done"
+    assert scaled.stopped == 1
+    assert all(pid_gone(pid) for pid in worker_pids)
+
+
+def test_scale_down_does_not_wait_for_a_slow_load(make_spec: Callable[..., ModelSpec]) -> None:
+    async def main() -> tuple[ScaleResult, ScaleResult]:
+        pool = make_pool(make_spec(fake={"load_sleep": 60}))
+        first = asyncio.ensure_future(pool.scale(1))
+        await wait_for_log(pool, "fake worker stderr")  # the worker is up, loading for 60 s
+        down = await pool.scale(0)
+        up = await first
+        await pool.stop()
+        return up, down
+
+    up, down = run(main())
+    assert down.stopped == 1
+    assert [e.message for e in up.failures] == ["Worker stopped before it loaded."]
+
+
 # ---- batching through real workers ------------------------------------------------------
 
 
@@ -575,3 +616,83 @@ def test_memory_falls_back_to_proc_without_psutil() -> None:
     rss = stats._proc_rss_bytes(os.getpid())
     assert rss > 1024 * 1024
     assert stats._proc_rss_bytes(2**22 + 12345) == 0  # beyond pid_max: no such process
+
+
+# ---- the real worker (python -m jupyter_serve.worker) ----------------------------------
+
+ECHO_HANDLER = """
+def handle(data, context):
+    if data is None:  # the load-time call of a function handler
+        return None
+    bodies = [row["body"] for row in data]
+    if "boom" in bodies:
+        raise RuntimeError("boom")
+    return [f"{len(bodies)}:{body}" for body in bodies]
+"""
+
+
+def real_model(folder: Path, handler_source: str) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "handler.py").write_text(handler_source)
+    manifest = {"runtime": "python", "model": {"modelName": "echo", "handler": "handler.py"}}
+    (folder / "MAR-INF").mkdir()
+    (folder / "MAR-INF" / "MANIFEST.json").write_text(json.dumps(manifest))
+    return folder
+
+
+def text_request(rid: str, text: str) -> InferenceRequest:
+    return InferenceRequest(rid, {}, (Parameter("body", "text/plain", text.encode()),))
+
+
+def real_pool(spec: ModelSpec, **options: Any) -> WorkerPool:
+    options.setdefault("backoff", (60,))
+    return WorkerPool(spec, Batcher.for_spec(spec), gpu_count=lambda: 0, **options)
+
+
+def test_real_worker_serves_batches_reports_metrics_and_survives_a_handler_error(
+    make_spec: Callable[..., ModelSpec], tmp_path: Path
+) -> None:
+    seen: list[tuple[Any, ...]] = []
+    model_dir = real_model(tmp_path / "echo", ECHO_HANDLER)
+    spec = make_spec(model_dir=str(model_dir), handler="handler:handle", batch_size=3)
+
+    async def main() -> tuple[list[InferenceResult], BaseException | None, InferenceResult]:
+        pool = real_pool(spec, on_metrics=lambda *args: seen.append(args))
+        assert (await pool.scale(1)).ok
+        deadline = asyncio.get_running_loop().time() + 60.0
+        batch = [pool.batcher.submit(text_request(f"r{i}", f"hi{i}"), deadline) for i in range(3)]
+        results = list(await asyncio.gather(*batch))
+        failed = pool.batcher.submit(text_request("bad", "boom"), deadline)
+        await asyncio.wait([failed])
+        after = await pool.batcher.submit(text_request("after", "again"), deadline)
+        await pool.stop()
+        return results, failed.exception(), after
+
+    results, error, after = run(main())
+    assert [r.body for r in results] == [b"3:hi0", b"3:hi1", b"3:hi2"]
+    assert isinstance(error, BatchFailed)
+    assert error.status_code == 503
+    assert "boom" in error.traceback
+    assert after.body == b"1:again"
+    names = {metric["name"] for _, metrics, *_ in seen for metric in metrics}
+    assert "PredictionTime" in names
+    assert [batch_len for *_, batch_len, _ in seen] == [3, 1]
+
+
+def test_real_worker_load_failure_names_the_handler_and_carries_its_traceback(
+    make_spec: Callable[..., ModelSpec], tmp_path: Path
+) -> None:
+    source = 'raise RuntimeError("cannot read the weights")\n'
+    model_dir = real_model(tmp_path / "broken", source)
+    spec = make_spec(model_dir=str(model_dir), handler="handler:handle")
+
+    async def main() -> ScaleResult:
+        pool = real_pool(spec)
+        scaled = await pool.scale(1)
+        await pool.stop()
+        return scaled
+
+    [error] = run(main()).failures
+    assert error.status_code == 500
+    assert "handler" in error.message
+    assert "cannot read the weights" in error.traceback

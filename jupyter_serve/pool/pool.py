@@ -255,7 +255,7 @@ class WorkerPool:
             self.log,
             gpu_id=slot.gpu_id,
             env=devices.worker_env(slot.gpu_id, gpus=self._visible),
-            on_exit=lambda _: self._worker_exited(slot),
+            on_exit=lambda exited: self._worker_exited(slot, exited),
         )
         slot.worker = worker
         try:
@@ -297,27 +297,27 @@ class WorkerPool:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(slot.attention.wait(), delay)
 
-    def _worker_exited(self, slot: _Slot) -> None:
-        slot.attention.set()
+    def _worker_exited(self, slot: _Slot, worker: SubprocessWorker) -> None:
+        if slot.worker is worker:
+            slot.attention.set()
         self._notify()
 
     # ---- dispatch ------------------------------------------------------------
 
     async def _serve(self, slot: _Slot, worker: SubprocessWorker) -> None:
         """The dispatch loop: pull a batch, run it on `worker`, until it dies or retires."""
-        slot.attention.clear()
         while worker.state is WorkerState.READY and not slot.retiring:
             try:
                 batch = await self._next_batch(slot, worker)
             except BatcherClosed:
                 slot.retiring = True  # the model is going away: wind down
                 return
-            if batch is None:
-                return
-            await self._run_batch(worker, batch)
+            if batch is not None:
+                await self._run_batch(worker, batch)
 
     async def _next_batch(self, slot: _Slot, worker: SubprocessWorker) -> list[Pending] | None:
-        """The next batch, or None when the worker died or the slot retired meanwhile."""
+        """The next batch, or None when interrupted (the worker died, the slot retired)."""
+        slot.attention.clear()  # the caller just saw READY and not retiring
         getter = asyncio.ensure_future(self.batcher.next_batch())
         interrupt = asyncio.ensure_future(slot.attention.wait())
         try:
@@ -350,6 +350,10 @@ class WorkerPool:
         except asyncio.CancelledError:
             _fail(batch, ServiceUnavailable(no_worker_message(self.spec.model_name)))
             raise
+        except Exception as exc:  # a bug here must not leave clients waiting forever
+            LOGGER.exception("Batch on worker %s failed", worker.id)
+            _fail(batch, ServeError(f"Internal error while running the batch: {exc!r}"))
+            return
         _deliver(batch, reply)
         if batch[0].command == "predict":
             self._record(reply, len(batch), queue_ms)

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import protocol
 from .._version import __version__
+from ..errors import ServeError
 from ..protocol import Frame, InferenceRequest, InferenceResult, Kind
 from .errors import BatchFailed, WorkerDied, WorkerLoadError
 from .logs import WorkerLog, pump_lines
@@ -155,6 +156,7 @@ class SubprocessWorker:
         finally:
             child.close()
         self.pid = self._process.pid
+        self.start_time = datetime.now(timezone.utc)
         self._reader, self._writer = await asyncio.open_unix_connection(sock=parent)
         self._watch(self._process)
         self._note(f"Worker started, pid {self.pid}, gpu {self.gpu_id}")
@@ -197,10 +199,9 @@ class SubprocessWorker:
 
     async def _load(self) -> None:
         timeout = self.spec.startup_timeout
+        request = protocol.encode(Frame(Kind.LOAD, self._load_header()))
         try:
-            reply = await asyncio.wait_for(
-                self._exchange(Frame(Kind.LOAD, self._load_header())), timeout
-            )
+            reply = await asyncio.wait_for(self._exchange(request), timeout)
         except asyncio.TimeoutError:
             self.kill()
             raise WorkerLoadError(
@@ -265,9 +266,13 @@ class SubprocessWorker:
         """
         if self.state is not WorkerState.READY:
             raise WorkerDied(f"Worker {self.id} is {self.state.name}, not READY.")
+        try:
+            data = protocol.encode(protocol.encode_infer(list(batch), command))
+        except protocol.ProtocolError as exc:  # over 4 GiB: the worker is fine
+            raise ServeError(f"Batch too large to send: {exc}", status_code=413) from exc
         self.state = WorkerState.BUSY
         try:
-            frame = await self._predict_frame(protocol.encode_infer(list(batch), command))
+            frame = await self._predict_frame(data)
         finally:
             if self.state is WorkerState.BUSY:
                 self.state = WorkerState.READY
@@ -275,7 +280,7 @@ class SubprocessWorker:
             raise BatchFailed.from_header(frame.header)
         return self._reply(frame)
 
-    async def _predict_frame(self, request: Frame) -> Frame:
+    async def _predict_frame(self, request: bytes) -> Frame:
         timeout = self.spec.response_timeout
         try:
             return await asyncio.wait_for(self._exchange(request), timeout)
@@ -300,11 +305,11 @@ class SubprocessWorker:
     def _death_status(self, code: int | None) -> int:
         return 507 if code in _OOM_EXIT_CODES and not self._killed else 500
 
-    async def _exchange(self, frame: Frame) -> Frame:
+    async def _exchange(self, data: bytes) -> Frame:
         assert self._reader is not None
         assert self._writer is not None
         try:
-            self._writer.write(protocol.encode(frame))
+            self._writer.write(data)
             await self._writer.drain()
             reply = await protocol.read_frame(self._reader)
         except (OSError, protocol.ProtocolError) as exc:
