@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import pytest
 
 from jupyter_serve.batching import Batcher
-from jupyter_serve.errors import ServiceUnavailable
+from jupyter_serve.errors import BadRequest, ServiceUnavailable
 from jupyter_serve.models import BatchPolicy, DeviceType, ModelSpec
 from jupyter_serve.pool import (
     BatchFailed,
@@ -145,11 +145,20 @@ def test_scale_up_and_down_at_runtime(make_spec: Callable[..., ModelSpec]) -> No
     run(main())
 
 
-def test_scale_rejects_max_below_min(make_spec: Callable[..., ModelSpec]) -> None:
+def test_scale_rejects_bad_counts_and_unknown_gpus_before_starting_anything(
+    make_spec: Callable[..., ModelSpec],
+) -> None:
     async def main() -> None:
         pool = make_pool(make_spec())
-        with pytest.raises(Exception, match="max_worker cannot be less than min_worker"):
+        with pytest.raises(BadRequest, match="max_worker cannot be less than min_worker"):
             await pool.scale(2, 1)
+        with pytest.raises(BadRequest, match="min_worker must be >= 0"):
+            await pool.scale(-1)
+        spec = make_spec(device_type=DeviceType.GPU, device_ids=(0, 5))
+        gpu_pool = make_pool(spec, gpu_count=lambda: 2)
+        with pytest.raises(BadRequest, match="not visible"):
+            await gpu_pool.scale(2)
+        assert (pool.worker_count, gpu_pool.worker_count, gpu_pool.processes) == (0, 0, [])
 
     run(main())
 

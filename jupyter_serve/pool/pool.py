@@ -43,7 +43,11 @@ MetricsCallback = Callable[["ModelSpec", list[dict[str, Any]], float, int, float
 
 @dataclass(frozen=True)
 class ScaleResult:
-    """What a `scale` call did: workers started and stopped, and the loads that failed."""
+    """What a `scale` call did: workers started and stopped, and the loads that failed.
+
+    With `waited` False the call returned at once: `started` and `stopped` then
+    count the workers scheduled to start and to stop.
+    """
 
     target: int
     started: int = 0
@@ -119,9 +123,10 @@ class WorkerPool:
 
     @property
     def workers(self) -> list[dict[str, Any]]:
-        """TorchServe's describe objects of the current workers (restarting slots excluded)."""
-        live = (slot.worker for slot in self._slots)
-        return [w.describe() for w in live if w is not None and w.state is not WorkerState.DEAD]
+        """TorchServe's describe objects of the workers starting or serving (not restarting)."""
+        gone = (WorkerState.DEAD, WorkerState.STOPPED)
+        current = (slot.worker for slot in self._slots)
+        return [w.describe() for w in current if w is not None and w.state not in gone]
 
     @property
     def healthy_count(self) -> int:
@@ -160,12 +165,15 @@ class WorkerPool:
         and removed workers stopped; otherwise return right after scheduling.
         """
         max_workers = min_workers if max_workers is None else max_workers
-        if min_workers < 0 or max_workers < min_workers:
+        if min_workers < 0:
+            raise BadRequest(f"min_worker must be >= 0, got {min_workers}.")
+        if max_workers < min_workers:
             raise BadRequest("max_worker cannot be less than min_worker.")
         if self._stopped:
             raise ServiceUnavailable(f"The worker pool of {self.spec.model_name} is stopped.")
+        gpus = [self._gpu_for(index) for index in range(len(self._slots), min_workers)]
         self.min_workers, self.max_workers = min_workers, max_workers
-        added = [self._add_slot() for _ in range(min_workers - len(self._slots))]
+        added = [self._add_slot(gpu) for gpu in gpus]
         removed = [self._retire(self._slots.pop()) for _ in range(len(self._slots) - min_workers)]
         self._notify()
         if not wait:
@@ -199,10 +207,9 @@ class WorkerPool:
         deadline = asyncio.get_running_loop().time() + self.spec.response_timeout
         return await self.batcher.submit(request, deadline, command=command)
 
-    def _add_slot(self) -> _Slot:
-        index = len(self._slots)
+    def _add_slot(self, gpu_id: int | None) -> _Slot:
         loop = asyncio.get_running_loop()
-        slot = _Slot(gpu_id=self._gpu_for(index), first_load=loop.create_future())
+        slot = _Slot(gpu_id=gpu_id, first_load=loop.create_future())
         self._slots.append(slot)
         slot.task = asyncio.ensure_future(self._supervise(slot))
         return slot
@@ -217,6 +224,7 @@ class WorkerPool:
         return slot
 
     def _gpu_for(self, index: int) -> int | None:
+        """Slot `index`'s GPU by `devices.assign_devices` (BadRequest for unknown deviceIds)."""
         if self._visible is None:
             self._visible = self._gpu_count()
         spec = self.spec
