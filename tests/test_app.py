@@ -57,12 +57,3 @@ def test_extension_is_enabled_by_the_installed_config() -> None:
     output = listing.stdout + listing.stderr
     assert "jupyter_serve" in output
     assert "jupyter_serve 0.1.0" in output
-
-
-def test_package_import_is_light() -> None:
-    code = (
-        "import sys, jupyter_serve, jupyter_serve.archive, jupyter_serve.protocol; "
-        "print(sorted(m for m in ('tornado', 'jupyter_server', 'torch') if m in sys.modules))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"

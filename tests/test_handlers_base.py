@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import pickle
-import subprocess
 import sys
 import types
 import warnings
@@ -238,24 +237,6 @@ def test_pt2_config_compiles_the_model(model_dir: Path, monkeypatch: pytest.Monk
     config = {"pt2": {"compile": {"enable": True, "backend": "eager"}}}
     handler, _ = _loaded(model_dir, model_yaml_config=config)
     assert calls == [(handler.model, {"backend": "eager"})]
-
-
-def test_importing_the_handlers_is_cheap_and_worker_safe() -> None:
-    modules = [
-        "base", "vision", "image_classifier", "image_segmenter", "object_detector",
-        "text_classifier", "factory", "exceptions", "utils",
-    ]  # fmt: skip
-    code = (
-        "import sys, importlib\n"
-        f"for name in {modules!r}:\n"
-        "    importlib.import_module('jupyter_serve.handlers.' + name)\n"
-        "heavy = {'torch', 'PIL', 'captum', 'tornado', 'jupyter_server'} & set(sys.modules)\n"
-        "print(sorted(heavy))\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    ).stdout
-    assert out.strip() == "[]"
 
 
 def test_a_model_file_the_handler_imported_is_reused(

@@ -705,14 +705,3 @@ def test_real_worker_load_failure_names_the_handler_and_carries_its_traceback(
     assert error.status_code == 500
     assert "handler" in error.message
     assert "cannot read the weights" in error.traceback
-
-
-def test_pool_and_batcher_import_neither_torch_nor_tornado() -> None:
-    import subprocess
-
-    code = (
-        "import sys, jupyter_serve.pool, jupyter_serve.batching\n"
-        "print(sorted(m for m in ('torch', 'tornado', 'jupyter_server') if m in sys.modules))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"

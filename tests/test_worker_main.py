@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -12,22 +11,6 @@ from worker_harness import WorkerProcess, request, write_model
 from jupyter_serve.protocol import Frame, Kind, encode_infer, write_frame_sync
 
 ECHO = "def handle(data, context):\n    return data and [row['body'] for row in data]\n"
-
-
-def test_worker_modules_import_neither_server_nor_torch() -> None:
-    code = (
-        "import json, sys\n"
-        "import jupyter_serve.worker.__main__, jupyter_serve.worker.service\n"
-        "from jupyter_serve.worker import compat\n"
-        "compat.install()\n"
-        "import ts.context, ts.utils.util, ts.torch_handler.base_handler, mms.service\n"
-        "heavy = ('tornado', 'jupyter_server', 'torch', 'traitlets')\n"
-        "print(json.dumps(sorted(m for m in heavy if m in sys.modules)))\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    ).stdout
-    assert json.loads(out) == []
 
 
 def test_eof_before_any_frame_exits_0() -> None:
