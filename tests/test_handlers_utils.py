@@ -84,3 +84,34 @@ def test_prediction_exception_carries_message_and_code() -> None:
     assert (exc.message, exc.error_code) == ("bad input", 599)
     assert PredictionException("x").error_code == 500
     assert str(exc) == "bad input : 599"
+
+
+def test_get_yaml_config_reads_safely(tmp_path: Path) -> None:
+    from jupyter_serve.handlers.utils import get_yaml_config
+
+    config = tmp_path / "model-config.yaml"
+    config.write_text("batchSize: 4\nhandler:\n  topk: 3\n")
+    assert get_yaml_config(config) == {"batchSize": 4, "handler": {"topk": 3}}
+    config.write_text("!!python/object/apply:os.system ['true']\n")
+    with pytest.raises(Exception, match="python/object"):
+        get_yaml_config(config)
+
+
+def test_list_classes_from_module_keeps_own_classes_and_filters_by_parent() -> None:
+    import types
+
+    from jupyter_serve.handlers.utils import list_classes_from_module
+
+    module = types.ModuleType("user_model")
+    exec(
+        "from collections import OrderedDict\n"
+        "class Base: pass\n"
+        "class Net(Base): pass\n"
+        "class Helper: pass\n",
+        module.__dict__,
+    )
+    for cls in (module.Base, module.Net, module.Helper):
+        cls.__module__ = "user_model"
+    names = sorted(c.__name__ for c in list_classes_from_module(module))
+    assert names == ["Base", "Helper", "Net"]  # OrderedDict is imported, not defined here
+    assert list_classes_from_module(module, module.Base) == [module.Net]

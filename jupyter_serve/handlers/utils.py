@@ -136,3 +136,29 @@ def explain_target(row: Any) -> int:
     except (TypeError, ValueError) as exc:
         message = f"The explanation target must be an integer: {value!r}"
         raise PredictionException(message, 400) from exc
+
+
+def get_yaml_config(yaml_file_path: str | Path) -> dict[str, Any]:
+    """A YAML file as a dict, read safely (`ts.utils.util.get_yaml_config`)."""
+    import yaml  # lazily: only handlers that read their own yaml need it
+
+    with open(yaml_file_path, encoding="utf-8") as stream:
+        loaded = yaml.safe_load(stream)
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def list_classes_from_module(module: Any, parent_class: type | None = None) -> list[type]:
+    """Classes defined in `module` itself, optionally only subclasses of `parent_class`.
+
+    The same helper TorchServe handlers use to find the model class of a model file.
+    """
+    import inspect
+
+    found = [
+        member
+        for _, member in inspect.getmembers(module, inspect.isclass)
+        if member.__module__ == module.__name__
+    ]
+    if parent_class is None:
+        return found
+    return [cls for cls in found if issubclass(cls, parent_class) and cls is not parent_class]
