@@ -1,0 +1,286 @@
+"""Tests for jupyter_serve.metrics: TorchServe's Prometheus series, the filter, the snapshot."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import prometheus_client
+import pytest
+
+from jupyter_serve.devices import GpuStats
+from jupyter_serve.metrics import ServeMetrics
+from jupyter_serve.models import ModelSpec
+
+
+class FakeClock:
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def no_gpus() -> list[GpuStats]:
+    return []
+
+
+def make_metrics(**kwargs: Any) -> ServeMetrics:
+    kwargs.setdefault("gpu_source", no_gpus)
+    return ServeMetrics("host1", **kwargs)
+
+
+def make_spec(batch_size: int = 4, name: str = "mnist") -> ModelSpec:
+    return ModelSpec(
+        model_name=name,
+        version="1.0",
+        model_dir="/nowhere",
+        handler="handler:handle",
+        manifest={},
+        batch_size=batch_size,
+    )
+
+
+def observation(name: str, value: float, kind: str, **dims: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "value": value,
+        "unit": "Milliseconds",
+        "dimensions": dims,
+        "type": kind,
+        "request_id": "r1",
+    }
+
+
+def lines(metrics: ServeMetrics, names: list[str] | None = None) -> list[str]:
+    return metrics.render(names).decode().splitlines()
+
+
+def test_requests_fill_torchserve_counters_per_model_version() -> None:
+    metrics = make_metrics()
+    metrics.record_request("mnist", "1.0", 200, 1500.0, 250.0)
+    metrics.record_request("mnist", "1.0", 200, 500.0, 50.0)
+    metrics.record_request("mnist", None, 503, 100.0, 0.0)
+    text = lines(metrics)
+    labels = 'hostname="host1",model_name="mnist",model_version="1.0"'
+    assert f"ts_inference_requests_total{{{labels}}} 2.0" in text
+    assert f"ts_inference_latency_microseconds{{{labels}}} 2000.0" in text
+    assert f"ts_queue_latency_microseconds{{{labels}}} 300.0" in text
+    default = 'hostname="host1",model_name="mnist",model_version="default"'
+    assert f"ts_inference_requests_total{{{default}}} 1.0" in text
+    assert "# TYPE ts_inference_requests_total counter" in text
+
+
+def test_status_classes_count_into_requests_nxx() -> None:
+    metrics = make_metrics()
+    for status in (200, 201, 404, 400, 413, 500, 302):
+        metrics.record_request("m", "1.0", status, 10.0, 1.0)
+    text = lines(metrics)
+    assert 'Requests2XX{Hostname="host1",Level="Host"} 2.0' in text
+    assert 'Requests4XX{Hostname="host1",Level="Host"} 3.0' in text
+    assert 'Requests5XX{Hostname="host1",Level="Host"} 1.0' in text
+    assert "# TYPE Requests2XX untyped" in text  # keeps TorchServe's name, no _total
+
+
+def test_worker_thread_time_is_the_time_after_the_queue() -> None:
+    metrics = make_metrics()
+    metrics.record_request("m", "1.0", 200, 4000.0, 1000.0)
+    assert 'WorkerThreadTime{Hostname="host1",Level="Host"} 3.0' in lines(metrics)
+
+
+def test_record_batch_sets_queue_and_prediction_time_and_handler_metrics() -> None:
+    metrics = make_metrics()
+    handler_time = observation("HandlerTime", 7.5, "gauge", ModelName="mnist", Level="Model")
+    metrics.record_batch(make_spec(), [handler_time], 12.0, 3, 4.5)
+    text = lines(metrics)
+    assert 'QueueTime{Hostname="host1",Level="Host"} 4.5' in text
+    assert 'PredictionTime{Hostname="host1",Level="Model",ModelName="mnist"} 12.0' in text
+    assert 'HandlerTime{Hostname="host1",Level="Model",ModelName="mnist"} 7.5' in text
+
+
+def test_worker_load_time_is_labelled_by_worker() -> None:
+    metrics = make_metrics()
+    metrics.record_worker_load("W-mnist-1", 812.0)
+    expected = 'WorkerLoadTime{Hostname="host1",Level="Host",WorkerName="W-mnist-1"} 812.0'
+    assert expected in lines(metrics)
+
+
+def test_handler_counter_increments_and_gauge_is_set() -> None:
+    metrics = make_metrics()
+    spec = make_spec()
+    counter = observation("CacheHits", 2, "counter", Shard="a")
+    gauge = observation("QueueDepth", 5, "gauge")
+    metrics.record_batch(spec, [counter, counter, gauge], 1.0, 1, 0.0)
+    metrics.record_batch(spec, [{**gauge, "value": 3}], 1.0, 1, 0.0)
+    text = lines(metrics)
+    assert 'CacheHits{Hostname="host1",Level="Model",ModelName="mnist",Shard="a"} 4.0' in text
+    assert 'QueueDepth{Hostname="host1",Level="Model",ModelName="mnist"} 3.0' in text
+    assert "# HELP CacheHits Handler metric (Milliseconds)." in text
+
+
+def test_handler_histogram_observes_into_buckets() -> None:
+    metrics = make_metrics()
+    spec = make_spec()
+    metrics.record_batch(spec, [observation("Size", 3, "histogram", Level="Model")], 1.0, 1, 0.0)
+    metrics.record_batch(spec, [observation("Size", 70, "histogram", Level="Model")], 1.0, 1, 0.0)
+    text = lines(metrics)
+    labels = 'Hostname="host1",Level="Model",ModelName="mnist"'
+    assert f'Size_bucket{{{labels},le="1.0"}} 0.0' in text
+    assert f'Size_bucket{{{labels},le="5.0"}} 1.0' in text
+    assert f'Size_bucket{{{labels},le="100.0"}} 2.0' in text
+    assert f'Size_bucket{{{labels},le="+Inf"}} 2.0' in text
+    assert f"Size_count{{{labels}}} 2.0" in text
+    assert f"Size_sum{{{labels}}} 73.0" in text
+    assert "# TYPE Size histogram" in text
+
+
+def test_handler_metric_names_and_labels_are_made_prometheus_safe() -> None:
+    metrics = make_metrics()
+    metrics.record_handler_metric(observation("my-metric", 1, "gauge", **{"a b": "x"}), "m")
+    assert 'my_metric{Hostname="host1",Level="Model",ModelName="m",a_b="x"} 1.0' in lines(metrics)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"value": 1, "type": "gauge"},
+        {"name": "X", "value": "many", "type": "gauge"},
+        {"name": "X", "value": 1, "type": "summary"},
+        {"name": "X", "value": 1, "type": "gauge", "dimensions": ["a"]},
+        {"name": "9lives", "value": 1, "type": "gauge"},
+    ],
+)
+def test_malformed_handler_metrics_are_ignored(bad: dict[str, Any]) -> None:
+    metrics = make_metrics()
+    before = metrics.render()
+    metrics.record_handler_metric(bad, "m")
+    assert metrics.render() == before
+
+
+def test_handler_metric_changing_shape_is_ignored() -> None:
+    metrics = make_metrics()
+    metrics.record_handler_metric(observation("Hits", 1, "counter", Shard="a"), "m")
+    metrics.record_handler_metric(observation("Hits", 5, "counter", Other="b"), "m")
+    metrics.record_handler_metric(observation("Hits", 5, "gauge", Shard="a"), "m")
+    metrics.record_handler_metric(observation("Requests2XX", 1, "gauge"), "m")
+    metrics.record_handler_metric(observation("Size", 1, "histogram"), "m")
+    metrics.record_handler_metric(observation("Size_sum", 7, "gauge"), "m")
+    text = "\n".join(lines(metrics))
+    assert 'Hits{Hostname="host1",Level="Model",ModelName="m",Shard="a"} 1.0' in text
+    assert "Other" not in text
+    assert "Requests2XX{" not in text
+    assert "Size_sum gauge" not in text
+    assert 'Size_sum{Hostname="host1",Level="Model",ModelName="m"} 1.0' in text
+
+
+def test_render_filter_selects_named_families() -> None:
+    metrics = make_metrics()
+    metrics.record_request("m", "1.0", 200, 10.0, 1.0)
+    metrics.record_handler_metric(observation("Size", 3, "histogram"), "m")
+    text = "\n".join(lines(metrics, ["Requests2XX", "Size", "ts_inference_requests_total"]))
+    assert 'Requests2XX{Hostname="host1",Level="Host"} 1.0' in text
+    assert "Size_sum{" in text
+    assert "Size_bucket{" in text
+    assert "ts_inference_requests_total{" in text
+    assert "ts_inference_latency_microseconds" not in text
+    assert "WorkerThreadTime" not in text
+    assert metrics.render(["NoSuchMetric"]) == b""
+
+
+def test_gpu_gauges_come_from_the_gpu_source() -> None:
+    gpu: GpuStats = {
+        "id": 0,
+        "utilization": 37,
+        "memory_utilization": 12,
+        "memory_used_mib": 1930,
+        "memory_total_mib": 16000,
+        "memory_used_percent": 12.06,
+    }
+    metrics = ServeMetrics("host1", gpu_source=lambda: [gpu])
+    text = lines(metrics)
+    labels = 'DeviceId="0",Hostname="host1",Level="Host"'
+    assert f"GPUUtilization{{{labels}}} 37.0" in text
+    assert f"GPUMemoryUtilization{{{labels}}} 12.06" in text
+    assert f"GPUMemoryUsed{{{labels}}} 1930.0" in text
+    assert metrics.snapshot()["gpus"] == [gpu]
+
+
+def test_without_gpu_there_are_no_gpu_samples() -> None:
+    text = "\n".join(lines(ServeMetrics("host1")))  # real NVML: absent here
+    assert "GPUUtilization{" not in text
+    assert "# TYPE GPUUtilization gauge" in text
+
+
+def test_registries_are_private() -> None:
+    first, second = make_metrics(), make_metrics()
+    first.record_request("m", "1.0", 200, 10.0, 1.0)
+    assert b"Requests2XX{" not in second.render()
+    assert b"Requests2XX" not in prometheus_client.generate_latest(prometheus_client.REGISTRY)
+    assert first.registry is not prometheus_client.REGISTRY
+
+
+def test_snapshot_counts_statuses_and_latency_percentiles() -> None:
+    metrics = make_metrics()
+    for latency_ms in range(1, 101):
+        metrics.record_request("m", "1.0", 200, latency_ms * 1000.0, 0.0)
+    metrics.record_request("m", "1.0", 500, 1000.0, 0.0)
+    snap = metrics.snapshot()
+    assert snap["hostname"] == "host1"
+    assert snap["requests"] == {"2XX": 100, "4XX": 0, "5XX": 1}
+    (model,) = snap["models"]
+    assert (model["model_name"], model["model_version"]) == ("m", "1.0")
+    assert model["requests"] == 101
+    assert model["statuses"] == {"200": 100, "500": 1}
+    assert model["latency_ms"] == {"p50": 50.0, "p99": 99.0}
+
+
+def test_snapshot_latency_window_slides() -> None:
+    metrics = make_metrics(window=3)
+    for latency_ms in (100, 200, 1, 2, 3):
+        metrics.record_request("m", "1.0", 200, latency_ms * 1000.0, 0.0)
+    (model,) = metrics.snapshot()["models"]
+    assert model["latency_ms"] == {"p50": 2.0, "p99": 3.0}
+    assert model["requests"] == 5
+
+
+def test_snapshot_without_requests_has_no_percentiles() -> None:
+    metrics = make_metrics()
+    metrics.record_batch(make_spec(), [], 1.0, 1, 0.0)
+    (model,) = metrics.snapshot()["models"]
+    assert model["latency_ms"] == {"p50": None, "p99": None}
+    assert model["throughput_rps"] == 0.0
+
+
+def test_snapshot_batch_fill_is_mean_batch_over_batch_size() -> None:
+    metrics = make_metrics()
+    spec = make_spec(batch_size=4)
+    for batch_len in (4, 2, 3):
+        metrics.record_batch(spec, [], 1.0, batch_len, 0.0)
+    (model,) = metrics.snapshot()["models"]
+    assert model["batches"] == 3
+    assert model["mean_batch_size"] == 3.0
+    assert model["batch_size"] == 4
+    assert model["batch_fill"] == 0.75
+
+
+def test_snapshot_throughput_counts_the_last_seconds() -> None:
+    clock = FakeClock(1000.0)
+    metrics = make_metrics(clock=clock, throughput_seconds=10.0)
+    for _ in range(20):
+        metrics.record_request("m", "1.0", 200, 1.0, 0.0)
+    clock.now = 1005.5
+    for _ in range(10):
+        metrics.record_request("m", "1.0", 200, 1.0, 0.0)
+    assert metrics.snapshot()["models"][0]["throughput_rps"] == 3.0
+    clock.now = 1012.0  # the first 20 fall out of the window
+    assert metrics.snapshot()["models"][0]["throughput_rps"] == 1.0
+    clock.now = 1030.0
+    assert metrics.snapshot()["models"][0]["throughput_rps"] == 0.0
+
+
+def test_forget_model_drops_dashboard_stats_but_keeps_series() -> None:
+    metrics = make_metrics()
+    metrics.record_request("m", "1.0", 200, 10.0, 1.0)
+    metrics.forget_model("m", "1.0")
+    assert metrics.snapshot()["models"] == []
+    labels = {"model_name": "m", "model_version": "1.0", "hostname": "host1"}
+    assert metrics.value("ts_inference_requests_total", labels) == 1.0
