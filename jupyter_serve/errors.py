@@ -7,6 +7,8 @@ its error JSON, so that `{"code", "type", "message"}` bodies match TorchServe's:
       x BadRequest               400  BadRequestException
         + ArchiveError           400  InvalidModelException   (a malformed or unsafe archive)
           - UnsafeArchive        400  InvalidModelException   (zip-slip, link escape, zip bomb)
+        + DownloadArchive        400  DownloadArchiveException (a model url failed to download)
+      x InvalidModelVersion      403  InvalidModelVersionException (removing the default version)
       x ModelNotFound            404  ModelNotFoundException
       x ModelVersionNotFound     404  ModelVersionNotFoundException
       x ResourceNotFound         404  ResourceNotFoundException
@@ -58,6 +60,19 @@ class ArchiveError(BadRequest):
 
 class UnsafeArchive(ArchiveError):
     """An archive tries to write outside its target folder, or is a zip bomb."""
+
+
+class DownloadArchive(BadRequest):
+    """Downloading the archive a register url names failed."""
+
+    error_type = "DownloadArchiveException"
+
+
+class InvalidModelVersion(ServeError):
+    """The default version cannot be removed while other versions exist."""
+
+    status_code = 403
+    error_type = "InvalidModelVersionException"
 
 
 class ModelNotFound(ServeError):

@@ -1,0 +1,24 @@
+"""The model registry: registered model versions, their workers, and snapshots of them.
+
+* `registry.ModelRegistry`: register / scale / set-default / unregister / describe,
+  with TorchServe's statuses and messages; one `Model` (spec + batcher + pool) each.
+* `sources`: where a register url points (model store, local path, allowed download).
+* `describe`: TorchServe's describe and list JSON.
+* `snapshot`: the `model_snapshot` file written after every change, read by `restore()`.
+
+Runs in the Jupyter server process: asyncio only, never torch or tornado.
+"""
+
+from __future__ import annotations
+
+from .registry import Model, ModelRegistry, PoolFactory, RegistryConfig
+from .snapshot import SnapshotItem, read_snapshot
+
+__all__ = [
+    "Model",
+    "ModelRegistry",
+    "PoolFactory",
+    "RegistryConfig",
+    "SnapshotItem",
+    "read_snapshot",
+]

@@ -1,0 +1,378 @@
+"""`ModelRegistry`: the registered model versions, each a `Model` (spec + batcher + pool).
+
+Runs in the Jupyter server process (no tornado, no torch). Every method follows
+TorchServe's management API: its status codes and, where a client may compare
+them, its exact messages (contract §1.3 and §1.6). Methods that change what is
+registered return `(status, message)`; the routes wrap the message as
+`{"status": message}`. Failures raise `ServeError` subclasses.
+
+Archives are extracted into `<workdir>/<name>/<version>-<uuid>` (removed again
+on unregister and shutdown); a no-archive folder is used in place. After every
+change a snapshot goes to `<workdir>/snapshot.json` (see `snapshot`), and
+`restore()` registers its models again at start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import logging
+import os
+import shutil
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..archive import check_model_name, extract_mar, read_manifest
+from ..batching import Batcher, no_worker_message
+from ..deps import install_requirements
+from ..errors import (
+    BadRequest,
+    ConflictStatus,
+    InvalidModelVersion,
+    ModelNotFound,
+    ModelVersionNotFound,
+    ServeError,
+    ServiceUnavailable,
+)
+from ..models import ModelSpec, RegisterParams, ServerDefaults, resolve_spec
+from ..pool import ScaleResult, WorkerPool
+from .describe import MAX_PAGE, describe_model, model_page
+from .snapshot import SnapshotItem, read_snapshot, snapshot_data, write_snapshot
+from .sources import Source, archive_stem, locate
+
+__all__ = ["Model", "ModelRegistry", "PoolFactory", "RegistryConfig"]
+
+log = logging.getLogger(__name__)
+
+PoolFactory = Callable[[ModelSpec, Batcher], WorkerPool]
+ASYNC_MESSAGE = "Processing worker updates..."
+
+
+@dataclass(frozen=True)
+class RegistryConfig:
+    """Server settings the registry needs (TorchServe's config.properties subset).
+
+    `allowed_urls` are regexes a whole http(s) url must match to be downloaded;
+    empty (the default) refuses every download.
+    """
+
+    model_store: Path
+    workdir: Path
+    defaults: ServerDefaults = field(default_factory=ServerDefaults)
+    allowed_urls: tuple[str, ...] = ()
+    install_py_dep_per_model: bool = False
+    pip_args: tuple[str, ...] = ()
+    snapshots: bool = True
+    gpus: int | None = None  # GPUs the server may use; None asks devices.gpu_count()
+    pool_factory: PoolFactory = WorkerPool
+
+
+@dataclass(eq=False)
+class Model:
+    """One registered model version and what serves it."""
+
+    spec: ModelSpec
+    batcher: Batcher
+    pool: WorkerPool
+    restore_url: str  # what a restore registers (a downloaded archive's local file)
+    extracted: Path | None = None  # the folder we extracted into (ours to remove)
+    downloaded: Path | None = None  # the archive we downloaded (ours to remove)
+    loaded_at_startup: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.spec.model_name
+
+    @property
+    def version(self) -> str:
+        return self.spec.version
+
+
+class ModelRegistry:
+    """(model name, version) -> `Model`, with one default version per name."""
+
+    def __init__(self, config: RegistryConfig) -> None:
+        self.config = config
+        self._models: dict[tuple[str, str], Model] = {}
+        self._defaults: dict[str, str] = {}
+        self._reserved: set[tuple[str, str]] = set()
+        self._restoring = False
+
+    @property
+    def snapshot_path(self) -> Path:
+        return self.config.workdir / "snapshot.json"
+
+    # ---- lookups -------------------------------------------------------------
+
+    def get(self, name: str, version: str | None = None) -> Model:
+        """The model version (the default one when `version` is None)."""
+        if name not in self._defaults:
+            raise ModelNotFound(f"Model not found: {name}")
+        wanted = version or self._defaults[name]
+        model = self._models.get((name, wanted))
+        if model is None:
+            raise ModelVersionNotFound(f"Model version: {wanted} does not exist for model: {name}")
+        return model
+
+    def versions(self, name: str) -> list[Model]:
+        """Every registered version of `name`, by version string."""
+        found = [model for (model_name, _), model in self._models.items() if model_name == name]
+        return sorted(found, key=lambda model: model.version)
+
+    def default_version(self, name: str) -> str:
+        return self.get(name).version
+
+    def list_models(self, limit: int = MAX_PAGE, next_page_token: int = 0) -> dict[str, Any]:
+        """TorchServe's `GET /models` body: one entry per name (its default version's url)."""
+        entries = [
+            (name, self._models[(name, version)].spec.model_url)
+            for name, version in sorted(self._defaults.items())
+        ]
+        return model_page(entries, limit, next_page_token)
+
+    def describe(self, name: str, version: str | None = None) -> list[dict[str, Any]]:
+        """TorchServe's describe array: the default version, one version, or "all"."""
+        if version == "all":
+            self.get(name)
+            return [describe_model(model) for model in self.versions(name)]
+        return [describe_model(self.get(name, version))]
+
+    def healthy(self) -> bool:
+        """True when every model's default version has at least min_workers serving."""
+        defaults = (self._models[key] for key in self._defaults.items())
+        return all(model.pool.healthy_count >= model.spec.min_workers for model in defaults)
+
+    # ---- register ------------------------------------------------------------
+
+    async def register(
+        self, url: str, params: RegisterParams | None = None, *, synchronous: bool = True
+    ) -> tuple[int, str]:
+        """Register the model `url` names and start its initial workers."""
+        _, status, message = await self._register(url, params or RegisterParams(), synchronous)
+        return status, message
+
+    async def _register(
+        self, url: str, params: RegisterParams, synchronous: bool
+    ) -> tuple[Model, int, str]:
+        source = await locate(url, self.config.model_store, self.config.allowed_urls)
+        try:
+            spec, extracted = await self._prepare(url, source, params)
+        except BaseException:
+            _remove(source.downloaded)
+            raise
+        try:
+            model = await self._admit(spec, source, extracted)
+        except BaseException:
+            await asyncio.to_thread(_remove, extracted, source.downloaded)
+            raise
+        status, message = await self._start_initial(model, synchronous)
+        return model, status, message
+
+    async def _prepare(
+        self, url: str, source: Source, params: RegisterParams
+    ) -> tuple[ModelSpec, Path | None]:
+        """The spec of the located model, extracting an archive under the workdir first."""
+        config = self.config
+        resolve = functools.partial(resolve_spec, defaults=config.defaults, gpus=config.gpus)
+        if source.is_folder:
+            return resolve(source.path, params=params, model_url=url), None
+        tag = uuid.uuid4().hex
+        staging = config.workdir / ".incoming" / tag
+        root = await asyncio.to_thread(extract_mar, source.path, staging)
+        try:
+            name = params.model_name or read_manifest(root).model.model_name
+            name = name or archive_stem(source.path)
+            check_model_name(name)
+            params = dataclasses.replace(params, model_name=name)
+            spec = resolve(root, params=params, model_url=url)
+            final = config.workdir / name / f"{spec.version}-{tag}"
+            final.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(staging, final)
+        except BaseException:
+            await asyncio.to_thread(_remove, staging)
+            raise
+        return spec.with_changes(model_dir=str(final / root.relative_to(staging))), final
+
+    async def _admit(self, spec: ModelSpec, source: Source, extracted: Path | None) -> Model:
+        """Reserve the name and version, install requirements, add the model."""
+        key = spec.key
+        if key in self._models or key in self._reserved:
+            raise ConflictStatus(
+                f"Model version {spec.version} is already registered for model {spec.model_name}"
+            )
+        self._reserved.add(key)
+        try:
+            spec = await self._with_requirements(spec)
+        finally:
+            self._reserved.discard(key)
+        batcher = Batcher.for_spec(spec)
+        restore_url = str(source.downloaded) if source.downloaded else spec.model_url
+        model = Model(spec, batcher, self.config.pool_factory(spec, batcher), restore_url)
+        model.extracted, model.downloaded = extracted, source.downloaded
+        self._models[key] = model
+        self._defaults.setdefault(spec.model_name, spec.version)
+        return model
+
+    async def _with_requirements(self, spec: ModelSpec) -> ModelSpec:
+        """Install the archive's requirements file when `install_py_dep_per_model` is on."""
+        requirements = spec.manifest.get("model", {}).get("requirementsFile")
+        if not (self.config.install_py_dep_per_model and requirements):
+            return spec
+        target = self.config.workdir / spec.model_name / f"deps-{spec.version}"
+        source = Path(spec.model_dir) / requirements
+        await install_requirements(source, target, spec.python, extra_args=self.config.pip_args)
+        return spec.with_changes(python_path=(*spec.python_path, str(target)))
+
+    async def _start_initial(self, model: Model, synchronous: bool) -> tuple[int, str]:
+        spec = model.spec
+        head = f'Model "{spec.model_name}" Version: {spec.version} registered with'
+        if not synchronous:
+            await model.pool.scale(spec.min_workers, spec.max_workers, wait=False)
+            self._save()
+            return 202, ASYNC_MESSAGE
+        result = await model.pool.scale(spec.min_workers, spec.max_workers)
+        if not result.ok:
+            await self._drop(model)
+            raise _start_failure(result, spec.model_name, spec.version)
+        self._save()
+        if spec.min_workers == 0:
+            advice = "Use scale workers API to add workers for the model."
+            return 200, f"{head} 0 initial workers. {advice}"
+        return 200, f"{head} {spec.min_workers} initial workers"
+
+    # ---- scale, default, unregister -------------------------------------------
+
+    async def scale(
+        self,
+        name: str,
+        version: str | None = None,
+        min_worker: int = 1,
+        max_worker: int | None = None,
+        synchronous: bool = False,
+    ) -> tuple[int, str]:
+        """Set the model version's worker counts; TorchServe's 200/202/206/400/404/500."""
+        model = self.get(name, version)
+        max_worker = min_worker if max_worker is None else max_worker
+        if max_worker < min_worker:
+            raise BadRequest("max_worker cannot be less than min_worker.")
+        model.spec = model.spec.with_changes(min_workers=min_worker, max_workers=max_worker)
+        result = await model.pool.scale(min_worker, max_worker, wait=synchronous)
+        self._save()
+        if not synchronous:
+            return 202, ASYNC_MESSAGE
+        if not result.ok:
+            raise _start_failure(result, name, version or "null")
+        if model.pool.healthy_count < min_worker:
+            return 206, "Workers scaling in progress..."
+        named = f"model: {name}" if version is None else f"model: {name}, version: {version}"
+        return 200, f"Workers scaled to {min_worker} for {named}"
+
+    def set_default(self, name: str, version: str) -> tuple[int, str]:
+        """Make `version` the version that unversioned routes use."""
+        self.get(name)
+        if (name, version) not in self._models:
+            raise ModelVersionNotFound(f"Model version {version} does not exist for model {name}")
+        self._defaults[name] = version
+        self._save()
+        return 200, f'Default version successfully updated for model "{name}" to "{version}"'
+
+    async def unregister(self, name: str, version: str | None = None) -> tuple[int, str]:
+        """Stop and remove a model version (the default one when `version` is None)."""
+        model = self.get(name, version)
+        is_default = self._defaults[name] == model.version
+        if is_default and len(self.versions(name)) > 1:
+            raise InvalidModelVersion(f"Cannot remove default version for model {name}")
+        await self._drop(model)
+        self._save()
+        return 200, f'Model "{name}" unregistered'
+
+    async def _drop(self, model: Model) -> None:
+        """Forget `model`, stop its workers, remove the files we made for it."""
+        self._models.pop(model.spec.key, None)
+        if self._defaults.get(model.name) == model.version:
+            del self._defaults[model.name]
+        await _dispose(model)
+        await asyncio.to_thread(_remove, model.downloaded)
+
+    # ---- life cycle ----------------------------------------------------------
+
+    async def shutdown(self) -> None:
+        """Stop every worker and remove extracted folders; the snapshot stays as it is."""
+        models = list(self._models.values())
+        self._models.clear()
+        self._defaults.clear()
+        await asyncio.gather(*(_dispose(model) for model in models))
+
+    async def restore(self, *, synchronous: bool = True) -> list[tuple[str, str]]:
+        """Register the snapshot's models again; failures are logged. Returns what came back."""
+        if not self.config.snapshots:
+            return []
+        try:
+            items = read_snapshot(self.snapshot_path)
+        except (OSError, ValueError):
+            log.exception("Cannot read the model snapshot %s", self.snapshot_path)
+            return []
+        restored: list[tuple[str, str]] = []
+        self._restoring = True
+        try:
+            for item in items:
+                model = await self._restore_one(item, synchronous)
+                if model is not None:
+                    restored.append(model.spec.key)
+        finally:
+            self._restoring = False
+        self._save()
+        return restored
+
+    async def _restore_one(self, item: SnapshotItem, synchronous: bool) -> Model | None:
+        try:
+            model, _, _ = await self._register(item.url, item.params, synchronous)
+            await model.pool.scale(item.min_workers, item.max_workers, wait=False)
+        except Exception:
+            log.exception("Restoring model %s from %s failed", item.params.model_name, item.url)
+            return None
+        model.spec = model.spec.with_changes(max_workers=item.max_workers)
+        model.loaded_at_startup = True
+        if item.default:
+            self._defaults[model.name] = model.version
+        return model
+
+    def _save(self) -> None:
+        """Write the snapshot (unless off or restoring); a failed write is only logged."""
+        if not self.config.snapshots or self._restoring:
+            return
+        models = [
+            (model.spec, self._defaults.get(model.name) == model.version, model.restore_url)
+            for model in self._models.values()
+        ]
+        try:
+            write_snapshot(self.snapshot_path, snapshot_data(models))
+        except OSError:
+            log.exception("Cannot write the model snapshot %s", self.snapshot_path)
+
+
+def _start_failure(result: ScaleResult, name: str, version: str) -> ServeError:
+    status = 507 if any(error.status_code == 507 for error in result.failures) else 500
+    message = f"Failed to start workers for model {name} version: {version}"
+    return ServeError(message, status_code=status)
+
+
+async def _dispose(model: Model) -> None:
+    """Fail queued requests, stop the workers, remove the extracted folder."""
+    model.batcher.close(ServiceUnavailable(no_worker_message(model.name, model.version)))
+    await model.pool.stop()
+    await asyncio.to_thread(_remove, model.extracted)
+
+
+def _remove(*paths: Path | None) -> None:
+    for path in paths:
+        if path is None:
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)

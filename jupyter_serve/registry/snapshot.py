@@ -1,0 +1,123 @@
+"""Model snapshots: what is registered, written after every change and read back at start.
+
+The file is TorchServe's `model_snapshot` JSON (contract §2.5)::
+
+    {"name": "...-snapshot", "modelCount": N, "created": <epoch ms>,
+     "models": {name: {version: {"defaultVersion", "marName", "minWorkers", "maxWorkers",
+                                  "batchSize", "maxBatchDelay", "responseTimeout",
+                                  "startupTimeout", "runtimeType", "jupyterServe": {...}}}}}
+
+`maxBatchDelay` is in milliseconds, the timeouts in seconds, as TorchServe writes
+them. The extra `jupyterServe` object holds what a restore needs beyond that:
+the url to register again (a downloaded archive's local file) and the
+effective handler. Writes are atomic (a temporary
+file in the same folder, then `os.replace`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..models import ModelSpec, RegisterParams
+
+__all__ = ["SnapshotItem", "read_snapshot", "snapshot_data", "write_snapshot"]
+
+
+@dataclass(frozen=True)
+class SnapshotItem:
+    """One model version to register again: its url, parameters and workers."""
+
+    url: str
+    params: RegisterParams
+    min_workers: int
+    max_workers: int
+    default: bool
+
+
+def snapshot_data(models: Iterable[tuple[ModelSpec, bool, str]]) -> dict[str, Any]:
+    """The snapshot JSON of `(spec, is_default, url to register again)` triples."""
+    created = int(time.time() * 1000)
+    tree: dict[str, dict[str, Any]] = {}
+    for spec, default, url in models:
+        tree.setdefault(spec.model_name, {})[spec.version] = _entry(spec, default, url)
+    return {
+        "name": f"{time.strftime('%Y%m%d%H%M%S', time.gmtime())}-snapshot",
+        "modelCount": sum(len(versions) for versions in tree.values()),
+        "created": created,
+        "models": tree,
+    }
+
+
+def _entry(spec: ModelSpec, default: bool, url: str) -> dict[str, Any]:
+    return {
+        "defaultVersion": default,
+        "marName": Path(spec.model_url).name,
+        "minWorkers": spec.min_workers,
+        "maxWorkers": spec.max_workers,
+        "batchSize": spec.batch_size,
+        "maxBatchDelay": round(spec.max_batch_delay * 1000),
+        "responseTimeout": spec.response_timeout,
+        "startupTimeout": spec.startup_timeout,
+        "runtimeType": spec.runtime,
+        "jupyterServe": {"url": url, "handler": spec.handler},
+    }
+
+
+def write_snapshot(path: Path, data: dict[str, Any]) -> None:
+    """Write `data` to `path` atomically: readers see the old file or the new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            json.dump(data, out, indent=2)
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+def read_snapshot(path: Path) -> list[SnapshotItem]:
+    """The model versions a snapshot lists; none when there is no snapshot yet.
+
+    Raises:
+        ValueError: the file is not a snapshot (bad JSON or shape).
+    """
+    if not path.is_file():
+        return []
+    data = json.loads(path.read_text(encoding="utf-8"))
+    models = data.get("models") if isinstance(data, dict) else None
+    if not isinstance(models, dict):
+        raise ValueError(f"{path} is not a model snapshot: no 'models' object.")
+    return [
+        _item(name, entry)
+        for name, versions in sorted(models.items())
+        for _version, entry in sorted(versions.items())
+    ]
+
+
+def _item(name: str, entry: dict[str, Any]) -> SnapshotItem:
+    extra = entry.get("jupyterServe") or {}
+    params = RegisterParams(
+        model_name=name,
+        handler=extra.get("handler"),
+        runtime=entry.get("runtimeType"),
+        batch_size=entry.get("batchSize"),
+        max_batch_delay_ms=entry.get("maxBatchDelay"),
+        initial_workers=entry.get("minWorkers", 0),
+        response_timeout=entry.get("responseTimeout"),
+        startup_timeout=entry.get("startupTimeout"),
+    )
+    return SnapshotItem(
+        url=str(extra.get("url") or entry.get("marName") or ""),
+        params=params,
+        min_workers=int(entry.get("minWorkers", 0)),
+        max_workers=int(entry.get("maxWorkers", entry.get("minWorkers", 0))),
+        default=bool(entry.get("defaultVersion")),
+    )
