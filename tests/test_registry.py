@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import http.server
 import json
 import logging
-from collections.abc import Callable, Coroutine
+import threading
+import zipfile
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -31,6 +35,12 @@ ECHO = (
     'def handle(data, context):\n    return [row.get("body") for row in data] if data else None\n'
 )
 BROKEN = "def handle(data, context):\n    raise RuntimeError('cannot load')\n"
+OUT_OF_MEMORY = "def handle(data, context):\n    raise MemoryError('no room')\n"
+USES_DEP = (
+    "import tinydep\n\n"
+    "def handle(data, context):\n"
+    "    return [tinydep.VERSION for _ in data] if data else None\n"
+)
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
@@ -331,3 +341,101 @@ def test_restore_logs_models_it_cannot_bring_back(
         assert run(fresh.restore()) == []
     assert "Restoring model gone from gone.mar failed" in caplog.text
     assert fresh.list_models() == {"models": []}
+
+
+@pytest.fixture
+def http_store(tmp_path: Path) -> Iterator[tuple[Path, str]]:
+    """A folder served over http on 127.0.0.1, and its base url."""
+    folder = tmp_path / "remote"
+    folder.mkdir()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield folder, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+def test_allowed_url_is_downloaded_into_the_store_and_removed_on_unregister(
+    store: Path, make_registry: Callable[..., ModelRegistry], http_store: tuple[Path, str]
+) -> None:
+    remote, base = http_store
+    name = build(remote, "fetched")
+    registry = make_registry(allowed_urls=(r"http://127\.0\.0\.1:\d+/.*",))
+    url = f"{base}/{name}"
+
+    async def scenario() -> None:
+        await registry.register(url, params(initial_workers=1))
+        assert (store / name).is_file()
+        model = registry.get("fetched")
+        assert model.spec.model_url == url
+        assert await predict(model, "net") == b"net"
+        [item] = read_snapshot(registry.snapshot_path)
+        assert item.url == str(store / name)  # a restore does not download again
+        with pytest.raises(DownloadArchive, match=r"^Failed to download archive from: "):
+            await registry.register(f"{base}/missing.mar")
+        await registry.unregister("fetched")
+        assert not (store / name).exists()
+
+    run(scenario())
+
+
+def test_out_of_memory_at_load_is_507(
+    store: Path, make_registry: Callable[..., ModelRegistry]
+) -> None:
+    url = build(store, "hungry", source=OUT_OF_MEMORY)
+    registry = make_registry()
+    with pytest.raises(ServeError) as raised:
+        run(registry.register(url, params(initial_workers=1)))
+    assert raised.value.status_code == 507
+    assert raised.value.message == "Failed to start workers for model hungry version: 1.0"
+
+
+def test_model_name_cannot_leave_the_workdir(
+    store: Path, make_registry: Callable[..., ModelRegistry], tmp_path: Path
+) -> None:
+    url = build(store, "echo")
+    registry = make_registry()
+    with pytest.raises(BadRequest, match="special characters"):
+        run(registry.register(url, params(model_name="../evil")))
+    assert not (tmp_path / "evil").exists()
+    assert not any((registry.config.workdir / ".incoming").iterdir())
+
+
+def test_requirements_are_installed_per_model(
+    store: Path, make_registry: Callable[..., ModelRegistry], tmp_path: Path
+) -> None:
+    extras = tmp_path / "extras"
+    extras.mkdir()
+    wheel = extras / "tinydep-0.3-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        info = "tinydep-0.3.dist-info"
+        archive.writestr("tinydep/__init__.py", "VERSION = '0.3'\n")
+        archive.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: tinydep\nVersion: 0.3\n")
+        archive.writestr(
+            f"{info}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
+        archive.writestr(f"{info}/RECORD", "")
+    requirements = extras / "requirements.txt"
+    requirements.write_text(f"--no-index\n./{wheel.name}\n")
+    url = build(
+        store,
+        "withdep",
+        source=USES_DEP,
+        requirements_file=str(requirements),
+        extra_files=(str(wheel),),
+    )
+    registry = make_registry(install_py_dep_per_model=True)
+
+    async def scenario() -> None:
+        await registry.register(url, params(initial_workers=1))
+        model = registry.get("withdep")
+        deps = registry.config.workdir / "withdep" / "deps-1.0"
+        assert model.spec.python_path == (str(deps),)
+        assert (deps / "tinydep" / "__init__.py").is_file()
+        assert await predict(model, "x") == b"0.3"
+        await registry.shutdown()
+
+    run(scenario())

@@ -97,5 +97,7 @@ def _download(url: str, model_store: Path) -> Source:
         os.replace(temp, target)
     except (OSError, ValueError, http.client.HTTPException, urllib.error.URLError) as exc:
         Path(temp).unlink(missing_ok=True)
+        if isinstance(exc, urllib.error.HTTPError):
+            exc.close()  # it holds the response's socket
         raise failed from exc
     return Source(target, downloaded=target)
