@@ -271,6 +271,9 @@ def test_async_register_and_scale_answer_202(
         await registry.shutdown()
         assert model.batcher.closed
         assert not model.pool.processes
+        assert not Path(model.spec.model_dir).exists()
+        assert registry.list_models() == {"models": []}
+        assert read_snapshot(registry.snapshot_path)  # shutdown keeps the snapshot
 
     run(scenario())
 
@@ -439,3 +442,19 @@ def test_requirements_are_installed_per_model(
         await registry.shutdown()
 
     run(scenario())
+
+
+def test_concurrent_registers_of_one_version_conflict(
+    store: Path, make_registry: Callable[..., ModelRegistry]
+) -> None:
+    url = build(store, "twice")
+    registry = make_registry()
+
+    async def scenario() -> list[Any]:
+        return await asyncio.gather(
+            registry.register(url), registry.register(url), return_exceptions=True
+        )
+
+    outcomes = run(scenario())
+    assert sum(isinstance(outcome, ConflictStatus) for outcome in outcomes) == 1
+    assert [d["modelVersion"] for d in registry.describe("twice", "all")] == ["1.0"]
