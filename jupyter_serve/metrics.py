@@ -194,6 +194,11 @@ class _ModelStats:
         else:
             self.completions.append([second, 1.0])
 
+    def add_batch(self, batch_len: int, batch_size: int) -> None:
+        self.batches += 1
+        self.batched += batch_len
+        self.batch_size = batch_size
+
     def throughput(self, now: float, seconds: float) -> float:
         """Requests per second over the last `seconds` (whole seconds, as buckets)."""
         while self.completions and self.completions[0][0] <= now - seconds:
@@ -247,10 +252,10 @@ class ServeMetrics:
         self._families: dict[str, _Family] = {}
         self._models: dict[tuple[str, str], _ModelStats] = {}
         self._lock = threading.Lock()
-        self._gpu = _GpuCollector(self.hostname, gpu_source)
+        self._gpu_source = gpu_source
         for name, doc, kind, labels in _BUILTIN:
             self._add_family(name, doc, kind, labels)
-        self.registry.register(self._gpu)
+        self.registry.register(_GpuCollector(self.hostname, gpu_source))
 
     def record_request(
         self, model: str, version: str | None, status: int, latency_us: float, queue_us: float
@@ -264,9 +269,9 @@ class ServeMetrics:
         if status // 100 in (2, 4, 5):
             self._update(f"Requests{status // 100}XX", self._host(), 1.0)
         self._update("WorkerThreadTime", self._host(), max(0.0, latency_us - queue_us) / 1000)
-        self._stats(model, version or "default").add_request(
-            status, latency_us / 1000, self._clock()
-        )
+        with self._lock:
+            stats = self._stats(model, version or "default")
+            stats.add_request(status, latency_us / 1000, self._clock())
 
     def record_batch(
         self,
@@ -280,10 +285,8 @@ class ServeMetrics:
         self._update("QueueTime", self._host(), queue_ms)
         model_labels = {"ModelName": spec.model_name, "Level": "Model", "Hostname": self.hostname}
         self._update("PredictionTime", model_labels, predict_ms)
-        stats = self._stats(spec.model_name, spec.version)
-        stats.batches += 1
-        stats.batched += batch_len
-        stats.batch_size = spec.batch_size
+        with self._lock:
+            self._stats(spec.model_name, spec.version).add_batch(batch_len, spec.batch_size)
         for metric in metrics:
             self.record_handler_metric(metric, spec.model_name)
 
@@ -331,29 +334,26 @@ class ServeMetrics:
         """JSON-ready stats for the dashboard: host counts, per model version, GPUs."""
         now = self._clock()
         with self._lock:
-            models = sorted(self._models.items())
+            models = [
+                {"model_name": name, "model_version": version, **stats.summary(now, self._seconds)}
+                for (name, version), stats in sorted(self._models.items(), key=lambda kv: kv[0])
+            ]
         return {
             "hostname": self.hostname,
             "requests": {
                 key: int(self.value(f"Requests{key}", self._host()))
                 for key in ("2XX", "4XX", "5XX")
             },
-            "models": [
-                {"model_name": name, "model_version": version, **stats.summary(now, self._seconds)}
-                for (name, version), stats in models
-            ],
+            "models": models,
             "gpus": [dict(gpu) for gpu in self._gpu_source()],
         }
-
-    def _gpu_source(self) -> Sequence[GpuStats]:
-        return self._gpu._source()
 
     def _host(self) -> dict[str, str]:
         return {"Level": "Host", "Hostname": self.hostname}
 
     def _stats(self, model: str, version: str) -> _ModelStats:
-        with self._lock:
-            return self._models.setdefault((model, version), _ModelStats(self._window))
+        """The model version's stats, created on first use (the caller holds the lock)."""
+        return self._models.setdefault((model, version), _ModelStats(self._window))
 
     def _update(self, name: str, labels: Mapping[str, str], value: float) -> None:
         self._families[name].update(labels, value)

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
+import sys
+from pathlib import Path
 from typing import Any
 
 import prometheus_client
 import pytest
 
+from jupyter_serve.batching import Batcher
 from jupyter_serve.devices import GpuStats
 from jupyter_serve.metrics import ServeMetrics
 from jupyter_serve.models import ModelSpec
+from jupyter_serve.pool import WorkerPool
+from jupyter_serve.protocol import InferenceRequest
+
+FAKE_WORKER = [sys.executable, str(Path(__file__).with_name("fake_worker.py"))]
+HANG_GUARD = 30.0  # seconds; only stops a broken pool from hanging the suite
 
 
 class FakeClock:
@@ -284,3 +293,30 @@ def test_forget_model_drops_dashboard_stats_but_keeps_series() -> None:
     assert metrics.snapshot()["models"] == []
     labels = {"model_name": "m", "model_version": "1.0", "hostname": "host1"}
     assert metrics.value("ts_inference_requests_total", labels) == 1.0
+
+
+def test_pool_on_metrics_feeds_record_batch(tmp_path: Path) -> None:
+    metrics = make_metrics()
+    spec = make_spec(batch_size=2).with_changes(model_dir=str(tmp_path), max_batch_delay=0.0)
+
+    async def main() -> None:
+        pool = WorkerPool(
+            spec,
+            Batcher.for_spec(spec),
+            command=FAKE_WORKER,
+            backoff=(0,),
+            gpu_count=lambda: 0,
+            on_metrics=metrics.record_batch,
+        )
+        await pool.scale(1)
+        deadline = asyncio.get_running_loop().time() + 60.0
+        requests = [InferenceRequest(request_id=rid, headers={}) for rid in ("a", "b")]
+        await asyncio.gather(*(pool.batcher.submit(req, deadline) for req in requests))
+        await pool.stop()
+
+    asyncio.run(asyncio.wait_for(main(), HANG_GUARD))
+    text = lines(metrics)
+    assert 'PredictionTime{Hostname="host1",Level="Model",ModelName="mnist"} 1.5' in text
+    assert 'FakeBatchSize{Hostname="host1",Level="Model",ModelName="mnist"} 2.0' in text
+    (model,) = metrics.snapshot()["models"]
+    assert (model["batches"], model["batch_fill"]) == (1, 1.0)
