@@ -38,6 +38,7 @@ __all__ = [
     "TorchServeConfig",
     "TorchServeConfigError",
     "apply_env_overrides",
+    "from_properties",
     "load_ts_config",
     "parse_load_models",
     "parse_properties",
