@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import inspect
 import sys
 import warnings
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
+
+from .utils import list_classes_from_module
 
 if TYPE_CHECKING:
     import torch
@@ -82,13 +83,7 @@ def model_class(module: ModuleType) -> type[torch.nn.Module]:
     """The one `nn.Module` subclass defined (not imported) in `module`."""
     import torch
 
-    found = [
-        obj
-        for obj in vars(module).values()
-        if inspect.isclass(obj)
-        and obj.__module__ == module.__name__
-        and issubclass(obj, torch.nn.Module)
-    ]
+    found = list_classes_from_module(module, torch.nn.Module)
     if len(found) != 1:
         names = ", ".join(sorted(cls.__name__ for cls in found)) or "none"
         raise ValueError(
