@@ -1,8 +1,9 @@
 """The route table of jupyter_serve: every REST route, in one visible list.
 
 Patterns are relative to `{base_url}`; `ServeApp` prefixes them with
-`url_prefix` ("serve"). The last entry answers every other path under the
-prefix with TorchServe's 404 JSON.
+`url_prefix` ("serve"). Each route module exports its own `ROUTES` list (read
+them there); the last entry answers every other path under the prefix with
+TorchServe's 404 JSON.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from typing import Any
 from tornado import web
 
 from ..errors import ResourceNotFound
+from . import inference, management, metrics
 from .base import NOT_FOUND_MESSAGE, ServeRoute
-from .inference import PingRoute
 
 
 class NotFoundRoute(ServeRoute):
@@ -27,6 +28,8 @@ class NotFoundRoute(ServeRoute):
 
 
 ROUTES: list[tuple[str, type[Any]]] = [
-    (r"ping", PingRoute),
+    *inference.ROUTES,
+    *management.ROUTES,
+    *metrics.ROUTES,
     (r".*", NotFoundRoute),
 ]

@@ -17,6 +17,8 @@ from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import web
 
 from ..errors import MethodNotAllowed, ResourceNotFound, ServeError
+from ..metrics import ServeMetrics
+from ..registry import ModelRegistry
 
 NOT_FOUND_MESSAGE = "Requested resource is not found, please refer to API document."
 _NOT_ALLOWED = "Requested method is not allowed, please refer to API document."
@@ -26,6 +28,16 @@ class ServeRoute(ExtensionHandlerMixin, APIHandler):
     """Base class of jupyter_serve's routes."""
 
     auth_resource = "serve"
+
+    @property
+    def registry(self) -> ModelRegistry:
+        registry: ModelRegistry = self.settings["serve_registry"]
+        return registry
+
+    @property
+    def metrics(self) -> ServeMetrics:
+        metrics: ServeMetrics = self.settings["serve_metrics"]
+        return metrics
 
     def write_json(self, data: Any, status: int = 200) -> None:
         """Finish with TorchServe's pretty-printed JSON (indent 2, trailing newline)."""
