@@ -1,0 +1,257 @@
+"""The kernel side's way to the server: discovery of the Jupyter server and a small HTTP client.
+
+Magics and widgets run in a kernel, a different process from the Jupyter server,
+and talk to it over HTTP with the server's token. Discovery order:
+
+1. explicit arguments (`%serve connect URL --token T`);
+2. the environment: ``JUPYTER_SERVE_URL`` and ``JUPYTER_SERVE_TOKEN``;
+3. the runtime file of the server that started this kernel:
+   ``jpserver-$JPY_PARENT_PID.json`` in Jupyter's runtime directory;
+4. a scan of every ``jpserver-*.json``, keeping the server whose ``/api/kernels``
+   lists this kernel's id.
+
+The runtime files are read directly: importing `jupyter_server.serverapp` in a
+kernel costs seconds (tech-notes.md). Standard library only (urllib).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+URL_ENV = "JUPYTER_SERVE_URL"
+TOKEN_ENV = "JUPYTER_SERVE_TOKEN"
+PREFIX = "serve"
+
+
+class ServerNotFound(Exception):
+    """No Jupyter server with jupyter_serve could be found."""
+
+
+class ServeClientError(Exception):
+    """The server answered with an error: TorchServe's `{"code", "type", "message"}`."""
+
+    def __init__(self, status: int, error_type: str, message: str) -> None:
+        super().__init__(f"{status} {error_type}: {message}")
+        self.status = status
+        self.error_type = error_type
+        self.message = message
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """Where a Jupyter server listens (`url` ends with its base_url) and its token."""
+
+    url: str
+    token: str = ""
+    source: str = "explicit"
+
+    @property
+    def serve_url(self) -> str:
+        return self.url.rstrip("/") + "/" + PREFIX + "/"
+
+
+def runtime_dir() -> Path:
+    from jupyter_core.paths import jupyter_runtime_dir  # light: no server import
+
+    return Path(jupyter_runtime_dir())
+
+
+def _read_runtime_file(path: Path) -> ServerInfo | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    url = data.get("url")
+    if not isinstance(url, str):
+        return None
+    return ServerInfo(url, str(data.get("token") or ""), f"runtime file {path.name}")
+
+
+def discover(
+    url: str | None = None,
+    token: str | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    runtime: Path | None = None,
+    kernel_id: str | None = None,
+) -> ServerInfo:
+    """The Jupyter server this kernel should talk to (see the module docstring)."""
+    environ = os.environ if env is None else env
+    if url:
+        return ServerInfo(url, token or environ.get(TOKEN_ENV, ""), "explicit")
+    if environ.get(URL_ENV):
+        return ServerInfo(environ[URL_ENV], token or environ.get(TOKEN_ENV, ""), "environment")
+    folder = runtime or runtime_dir()
+    parent = environ.get("JPY_PARENT_PID")
+    if parent:
+        found = _read_runtime_file(folder / f"jpserver-{parent}.json")
+        if found is not None:
+            return found
+    if kernel_id:
+        for candidate in _runtime_files(folder):
+            if kernel_id in _kernel_ids(candidate):
+                return candidate
+    raise ServerNotFound(
+        "No Jupyter server found: set JUPYTER_SERVE_URL and JUPYTER_SERVE_TOKEN, "
+        "or use `%serve connect URL --token TOKEN`."
+    )
+
+
+def _runtime_files(folder: Path) -> Iterable[ServerInfo]:
+    for path in sorted(folder.glob("jpserver-*.json")):
+        info = _read_runtime_file(path)
+        if info is not None:
+            yield info
+
+
+def _kernel_ids(server: ServerInfo) -> set[str]:
+    try:
+        kernels = ServeClient(server, timeout=2).request_json("GET", "../api/kernels")
+    except (OSError, ServeClientError, ValueError):
+        return set()
+    return {str(k.get("id")) for k in kernels if isinstance(k, dict)}
+
+
+def current_kernel_id() -> str | None:
+    """This kernel's id, from its connection file name (`kernel-<id>.json`)."""
+    try:
+        from ipykernel.connect import get_connection_file
+    except ImportError:
+        return None
+    try:
+        name = Path(get_connection_file()).name
+    except Exception:  # no running kernel app (plain IPython)
+        return None
+    return name[len("kernel-") : -len(".json")] if name.startswith("kernel-") else None
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+class ServeClient:
+    """A synchronous client of jupyter_serve's TorchServe routes."""
+
+    def __init__(self, server: ServerInfo, *, timeout: float = 120.0) -> None:
+        self.server = server
+        self.timeout = timeout
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        body: bytes | None = None,
+        content_type: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Response:
+        """Send one request to `{url}serve/{path}`; raise `ServeClientError` on >= 400."""
+        url = urllib.parse.urljoin(self.server.serve_url, path)
+        query = {k: _param(v) for k, v in (params or {}).items() if v is not None}
+        if query:
+            url += "?" + urllib.parse.urlencode(query)
+        request = urllib.request.Request(url, data=body, method=method)
+        if self.server.token:
+            request.add_header("Authorization", f"token {self.server.token}")
+        if content_type:
+            request.add_header("Content-Type", content_type)
+        for name, value in (headers or {}).items():
+            request.add_header(name, value)
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as answer:
+                return Response(answer.status, dict(answer.headers.items()), answer.read())
+        except urllib.error.HTTPError as error:
+            raise _client_error(error.code, error.read()) from None
+
+    def request_json(self, method: str, path: str, **kwargs: Any) -> Any:
+        return self.request(method, path, **kwargs).json()
+
+    # ---- TorchServe's routes -------------------------------------------------
+
+    def ping(self) -> dict[str, Any]:
+        result: dict[str, Any] = self.request_json("GET", "ping")
+        return result
+
+    def list_models(self) -> list[dict[str, Any]]:
+        models: list[dict[str, Any]] = self.request_json("GET", "models")["models"]
+        return models
+
+    def register(self, url: str, **params: Any) -> dict[str, Any]:
+        result: dict[str, Any] = self.request_json("POST", "models", params={"url": url, **params})
+        return result
+
+    def scale(self, name: str, version: str | None = None, **params: Any) -> dict[str, Any]:
+        result: dict[str, Any] = self.request_json("PUT", _model_path(name, version), params=params)
+        return result
+
+    def unregister(self, name: str, version: str | None = None) -> dict[str, Any]:
+        result: dict[str, Any] = self.request_json("DELETE", _model_path(name, version))
+        return result
+
+    def describe(self, name: str, version: str | None = None, **params: Any) -> list[Any]:
+        result: list[Any] = self.request_json("GET", _model_path(name, version), params=params)
+        return result
+
+    def predict(
+        self,
+        name: str,
+        body: bytes | str | Any,
+        *,
+        version: str | None = None,
+        content_type: str | None = None,
+        explain: bool = False,
+    ) -> Response:
+        """POST to predictions (or explanations); str goes as text, other objects as JSON."""
+        data, kind = _encode_body(body, content_type)
+        route = "explanations" if explain else "predictions"
+        return self.request("POST", _model_path(name, version, route), body=data, content_type=kind)
+
+    def metrics(self, names: Iterable[str] = ()) -> str:
+        query = "&".join(f"name[]={urllib.parse.quote(n)}" for n in names)
+        return self.request("GET", "metrics" + (f"?{query}" if query else "")).body.decode()
+
+
+def _model_path(name: str, version: str | None, route: str = "models") -> str:
+    parts = [route, urllib.parse.quote(name, safe="")]
+    if version:
+        parts.append(urllib.parse.quote(version, safe=""))
+    return "/".join(parts)
+
+
+def _param(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _encode_body(body: Any, content_type: str | None) -> tuple[bytes, str]:
+    if isinstance(body, (bytes, bytearray)):
+        return bytes(body), content_type or "application/octet-stream"
+    if isinstance(body, str):
+        return body.encode("utf-8"), content_type or "text/plain; charset=utf-8"
+    return json.dumps(body).encode("utf-8"), content_type or "application/json"
+
+
+def _client_error(status: int, body: bytes) -> ServeClientError:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return ServeClientError(status, "HTTPError", body.decode("utf-8", "replace")[:500])
+    if isinstance(data, dict) and "message" in data:
+        return ServeClientError(status, str(data.get("type", "")), str(data["message"]))
+    return ServeClientError(status, "HTTPError", str(data)[:500])
