@@ -11,7 +11,7 @@ from typing import Any
 
 from ._version import __version__
 
-__all__ = ["__version__"]
+__all__ = ["__version__", "load_ipython_extension"]
 
 
 def _jupyter_server_extension_points() -> list[dict[str, Any]]:
@@ -19,3 +19,10 @@ def _jupyter_server_extension_points() -> list[dict[str, Any]]:
     from .app import ServeApp
 
     return [{"module": "jupyter_serve", "app": ServeApp}]
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """`%load_ext jupyter_serve`: register the magics in an IPython kernel."""
+    from .magics import load_ipython_extension as _load
+
+    _load(ipython)

@@ -70,9 +70,12 @@ class ArchiveSpec:
         return cls.from_args(archiver_parser(prog).parse_args(list(argv)))
 
 
-def archiver_parser(prog: str = "jupyter-serve-archiver") -> argparse.ArgumentParser:
-    """The torch-model-archiver 0.12 command line, flag for flag."""
-    parser = argparse.ArgumentParser(
+def archiver_parser(
+    prog: str = "jupyter-serve-archiver",
+    parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser,
+) -> argparse.ArgumentParser:
+    """The torch-model-archiver 0.12 command line, flag for flag (`%mar build` shares it)."""
+    parser = parser_class(
         prog=prog,
         description="Build a TorchServe model archive (.mar) - torch-model-archiver compatible.",
         epilog=f"`{prog} inspect X.mar` prints an archive's manifest and files.",

@@ -1,0 +1,245 @@
+"""IPython magics: `%%handler`, `%mar`, `%serve`. Loaded with `%load_ext jupyter_serve`.
+
+    %%handler NAME [--class C | --function F] [--model-file F] [--serialized-file F]
+                   [--extra-files A,B] [--serve] [--batch-size N]
+                   [--max-batch-delay MS] [--workers N] [--version V]
+    %mar build <torch-model-archiver flags>      %mar inspect X.mar
+    %serve connect URL [--token T]               %serve try NAME [DATA | --file F | --json J]
+    %serve register URL [--model-name N] [--batch-size N] [--max-batch-delay MS]
+                        [--workers N] [--handler H]
+    %serve scale NAME --min N [--max M] [--version V]
+    %serve unregister NAME [--version V]         %serve list      %serve describe NAME
+    %serve predict NAME [DATA | --file F | --json J]   (explain: the same arguments)
+
+The handler cell is written to a file and runs from that file: notebook
+variables are NOT visible to it (workers are separate processes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+
+from . import workspace
+from .archive import ArchiveSpec, archiver_parser, build_mar, inspect_archive
+from .client import ServeClient, ServerInfo, current_kernel_id, discover
+from .errors import ServeError
+from .protocol import InferenceResult
+from .workspace import HandlerFolder
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises UsageError instead of exiting the kernel."""
+
+    def error(self, message: str) -> Any:
+        raise UsageError(f"{self.prog}: {message}\n{self.format_usage()}")
+
+    def exit(self, status: int = 0, message: str | None = None) -> Any:
+        raise UsageError(message or self.format_help())
+
+
+def _handler_parser() -> _Parser:
+    p = _Parser(prog="%%handler", add_help=False)
+    p.add_argument("name")
+    entry = p.add_mutually_exclusive_group()
+    entry.add_argument("--class", dest="entry", help="The handler class (module:Class).")
+    entry.add_argument("--function", dest="entry", help="The entry function (module:fn).")
+    p.add_argument("--model-file")
+    p.add_argument("--serialized-file")
+    p.add_argument("--extra-files", default="")
+    p.add_argument("--serve", action="store_true")
+    p.add_argument("--batch-size", type=int)
+    p.add_argument("--max-batch-delay", type=int)
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--version", default="1.0")
+    return p
+
+
+def _body_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("data", nargs="?", help="Text sent as the body.")
+    p.add_argument("--file", help="A file sent as the body (application/octet-stream).")
+    p.add_argument("--json", help="JSON text sent as an application/json body.")
+
+
+def _serve_parser() -> _Parser:
+    p = _Parser(prog="%serve", add_help=False)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    connect = sub.add_parser("connect")
+    connect.add_argument("url")
+    connect.add_argument("--token", default="")
+    for name in ("try", "predict", "explain"):
+        command = sub.add_parser(name)
+        command.add_argument("name")
+        _body_arguments(command)
+    register = sub.add_parser("register")
+    register.add_argument("url")
+    for flag in ("--model-name", "--handler"):
+        register.add_argument(flag)
+    for flag in ("--batch-size", "--max-batch-delay", "--workers"):
+        register.add_argument(flag, type=int)
+    for name in ("scale", "unregister", "describe"):
+        command = sub.add_parser(name)
+        command.add_argument("name")
+        command.add_argument("--version")
+        if name == "scale":
+            command.add_argument("--min", type=int, required=True)
+            command.add_argument("--max", type=int)
+    sub.add_parser("list")
+    return p
+
+
+def request_body(args: argparse.Namespace) -> tuple[bytes, str]:
+    """The body and content type `DATA | --file | --json` ask for."""
+    if args.file:
+        return Path(args.file).read_bytes(), "application/octet-stream"
+    if args.json is not None:
+        json.loads(args.json)  # refuse malformed JSON here, with a clear message
+        return args.json.encode(), "application/json"
+    return (args.data or "").encode(), "text/plain"
+
+
+def show_result(result: InferenceResult) -> None:
+    print(f"HTTP {result.status}  content-type: {result.content_type or '(not set)'}")
+    for name, value in result.headers.items():
+        print(f"{name}: {value}")
+    text = result.body.decode("utf-8", "replace")
+    try:
+        print(json.dumps(json.loads(text), indent=2))
+    except ValueError:
+        print(text)
+
+
+@magics_class
+class ServeMagics(Magics):
+    """The magics; `self.folders` remembers every `%%handler` of this kernel."""
+
+    def __init__(self, shell: Any) -> None:
+        super().__init__(shell)
+        self.folders: dict[str, HandlerFolder] = {}
+        self.server: ServerInfo | None = None
+
+    @property
+    def client(self) -> ServeClient:
+        if self.server is None:
+            self.server = discover(kernel_id=current_kernel_id())
+        return ServeClient(self.server)
+
+    @cell_magic
+    def handler(self, line: str, cell: str) -> None:
+        """Write the cell as a model handler, check it, optionally serve it."""
+        args = _handler_parser().parse_args(shlex.split(line))
+        try:
+            folder = workspace.write_handler(
+                args.name, cell, entry=args.entry, model_file=args.model_file,
+                serialized_file=args.serialized_file,
+                extra_files=[f for f in args.extra_files.split(",") if f], version=args.version,
+            )  # fmt: skip
+        except SyntaxError as error:
+            caret = " " * max((error.offset or 1) - 1, 0) + "^"
+            print(f"SyntaxError in cell line {error.lineno}: {error.msg}\n{error.text or ''}")
+            print(caret)
+            return
+        self.folders[args.name] = folder
+        try:
+            entry = workspace.check_resolves(folder)
+        except ServeError as error:  # the loader's HandlerLoadError: file, entry point, cause
+            print(f"Handler {args.name!r} does not load as a worker would load it:\n{error}")
+            return
+        print(f"Handler {args.name!r}: {entry} ({folder.path})")
+        if args.serve:
+            self._serve_folder(folder, args)
+
+    def _serve_folder(self, folder: HandlerFolder, args: argparse.Namespace) -> None:
+        mar = workspace.build_handler_mar(folder, folder.path.parent / "model_store")
+        answer = self.client.register(
+            str(mar.resolve()), model_name=folder.name, batch_size=args.batch_size,
+            max_batch_delay=args.max_batch_delay, initial_workers=args.workers,
+            synchronous=True,
+        )  # fmt: skip
+        print(answer.get("status", answer))
+
+    @line_magic
+    def mar(self, line: str) -> None:
+        """`%mar build <torch-model-archiver flags>` or `%mar inspect X.mar`."""
+        words = shlex.split(line)
+        if words[:1] == ["inspect"] and len(words) == 2:
+            listing = inspect_archive(words[1])
+            manifest = listing.manifest.to_dict() if listing.manifest else None
+            print(json.dumps(manifest, indent=2))
+            for name, size in listing.files:
+                print(f"{size:>12}  {name}")
+            return
+        if words[:1] != ["build"]:
+            raise UsageError("usage: %mar build <torch-model-archiver flags> | %mar inspect X")
+        parser = archiver_parser("%mar build", parser_class=_Parser)
+        print(build_mar(ArchiveSpec.from_args(parser.parse_args(words[1:]))))
+
+    @line_magic
+    def serve(self, line: str) -> Any:
+        """Talk to the serving Jupyter server, or try a `%%handler` in this kernel."""
+        args = _serve_parser().parse_args(shlex.split(line))
+        return getattr(self, f"_serve_{args.command}")(args)
+
+    def _serve_connect(self, args: argparse.Namespace) -> None:
+        self.server = discover(args.url, args.token)
+        print(f"Connected to {self.server.url}: {self.client.ping()['status']}")
+
+    def _serve_try(self, args: argparse.Namespace) -> workspace.TryResult:
+        folder = self.folders.get(args.name)
+        if folder is None:
+            raise UsageError(f"No %%handler {args.name!r} in this kernel yet.")
+        outcome = workspace.try_handler(folder.path, workspace.make_request(*request_body(args)))
+        if outcome.result is not None:
+            show_result(outcome.result)
+        else:
+            print(f"HTTP {outcome.status}: {outcome.error.get('message')}")
+            print(outcome.error.get("traceback", ""))
+        return outcome
+
+    def _serve_predict(self, args: argparse.Namespace, explain: bool = False) -> None:
+        body, content_type = request_body(args)
+        answer = self.client.predict(args.name, body, content_type=content_type, explain=explain)
+        result = InferenceResult("", answer.status, answer.body, answer.headers.get("Content-Type"))
+        show_result(result)
+
+    def _serve_explain(self, args: argparse.Namespace) -> None:
+        self._serve_predict(args, explain=True)
+
+    def _serve_register(self, args: argparse.Namespace) -> None:
+        answer = self.client.register(
+            args.url, model_name=args.model_name, handler=args.handler,
+            batch_size=args.batch_size, max_batch_delay=args.max_batch_delay,
+            initial_workers=args.workers, synchronous=True,
+        )  # fmt: skip
+        print(answer.get("status", answer))
+
+    def _serve_scale(self, args: argparse.Namespace) -> None:
+        answer = self.client.scale(
+            args.name, args.version, min_worker=args.min, max_worker=args.max, synchronous=True
+        )
+        print(answer.get("status", answer))
+
+    def _serve_unregister(self, args: argparse.Namespace) -> None:
+        print(self.client.unregister(args.name, args.version).get("status"))
+
+    def _serve_list(self, args: argparse.Namespace) -> list[dict[str, Any]]:
+        models = self.client.list_models()
+        for model in models:
+            print(f"{model['modelName']}  {model['modelUrl']}")
+        return models
+
+    def _serve_describe(self, args: argparse.Namespace) -> list[Any]:
+        described = self.client.describe(args.name, args.version)
+        print(json.dumps(described, indent=2))
+        return described
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """Register the magics (`%load_ext jupyter_serve`)."""
+    ipython.register_magics(ServeMagics(ipython))

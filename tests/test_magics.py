@@ -1,0 +1,160 @@
+"""The magics through IPython's shell: %%handler, %serve try, %mar, %serve connect."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+
+from jupyter_serve.archive import inspect_archive
+from jupyter_serve.workspace import TryResult
+
+ECHO = """
+def handle(data, context):
+    if data is None:
+        return None
+    print("handler saw", len(data), "rows")
+    return [{"echo": row["body"], "id": context.get_request_id(i)} for i, row in enumerate(data)]
+"""
+
+CLASS_HANDLER = """
+class Helper:
+    pass
+
+
+class Upper:
+    def initialize(self, context):
+        self.model_name = context.model_name
+
+    def handle(self, data, context):
+        context.set_response_content_type(0, "text/plain")
+        return [self.model_name + ":" + row["body"].upper() for row in data]
+"""
+
+
+@pytest.fixture
+def shell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[InteractiveShell]:
+    monkeypatch.chdir(tmp_path)  # handler work folders go below the kernel's cwd
+    ip = InteractiveShell.instance()
+    ip.run_line_magic("load_ext", "jupyter_serve")
+    yield ip
+    InteractiveShell.clear_instance()
+
+
+def test_handler_cell_is_written_resolved_and_tried_in_the_kernel(
+    shell: InteractiveShell, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shell.run_cell_magic("handler", "echo", ECHO)
+    assert "function handle in handler.py" in capsys.readouterr().out
+    folder = tmp_path / "jupyter_serve_work" / "echo"
+    assert (folder / "handler.py").read_text() == ECHO
+    assert json.loads((folder / "MAR-INF" / "MANIFEST.json").read_text())["model"] == {
+        "modelName": "echo", "handler": "handler.py", "modelVersion": "1.0",
+    }  # fmt: skip
+
+    outcome = shell.run_line_magic("serve", "try echo hello")
+    out = capsys.readouterr().out
+    assert isinstance(outcome, TryResult)
+    assert outcome.status == 200
+    assert "handler saw 1 rows" in out  # the handler's print shows in the cell
+    assert json.loads(outcome.result.body) == {"echo": "hello", "id": "try-0"}  # type: ignore[union-attr]
+
+
+def test_edited_cell_is_reloaded_and_handlers_do_not_shadow_each_other(
+    shell: InteractiveShell,
+) -> None:
+    shell.run_cell_magic("handler", "echo", ECHO)
+    shell.run_cell_magic("handler", "upper", CLASS_HANDLER)
+    upper = shell.run_line_magic("serve", "try upper abc")
+    assert upper.result.body == b"upper:ABC"
+    assert upper.result.content_type == "text/plain"
+    shell.run_cell_magic("handler", "echo", ECHO.replace('"echo": row', '"v2": row'))
+    again = shell.run_line_magic("serve", "try echo x")
+    assert json.loads(again.result.body) == {"v2": "x", "id": "try-0"}
+
+
+def test_json_and_file_bodies(shell: InteractiveShell, tmp_path: Path) -> None:
+    shell.run_cell_magic("handler", "echo", ECHO)
+    as_json = shell.run_line_magic("serve", """try echo --json '{"a": [1, 2]}'""")
+    assert json.loads(as_json.result.body)["echo"] == {"a": [1, 2]}
+    (tmp_path / "blob.bin").write_bytes(b"\x00\x01")
+    shell.run_cell_magic(
+        "handler", "raw", "def handle(data, context):\n    return None if data is None else "
+        "[bytes(row['body']) for row in data]\n",
+    )  # fmt: skip
+    raw = shell.run_line_magic("serve", f"try raw --file {tmp_path / 'blob.bin'}")
+    assert raw.result.body == b"\x00\x01"
+
+
+def test_syntax_error_is_reported_with_the_cells_line_number(
+    shell: InteractiveShell, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shell.run_cell_magic("handler", "broken", "x = 1\ndef handle(data, context)\n    pass\n")
+    out = capsys.readouterr().out
+    assert "SyntaxError in cell line 2" in out
+    assert not (tmp_path / "jupyter_serve_work" / "broken").exists()
+
+
+def test_failing_handler_shows_the_status_and_traceback(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = "def handle(data, context):\n    if data is None:\n        return\n    1 / 0\n"
+    shell.run_cell_magic("handler", "boom", source)
+    outcome = shell.run_line_magic("serve", "try boom x")
+    out = capsys.readouterr().out
+    assert outcome.status == 503
+    assert "Prediction failed" in out
+    assert "ZeroDivisionError" in out
+
+
+def test_unresolvable_handler_is_explained_and_class_picks_one(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = (
+        "class A:\n    def handle(self, data, context):\n        return ['A'] * len(data)\n\n"
+        "class B:\n    def handle(self, data, context):\n        return ['B'] * len(data)\n"
+    )
+    shell.run_cell_magic("handler", "two", source)
+    out = capsys.readouterr().out
+    assert "does not load as a worker would load it" in out
+    assert "several handler classes (A, B)" in out
+    shell.run_cell_magic("handler", "two --class B", source)
+    assert "class B in handler.py" in capsys.readouterr().out
+    assert shell.run_line_magic("serve", "try two x").result.body == b"B"
+
+
+def test_try_of_an_unknown_handler_is_a_usage_error(shell: InteractiveShell) -> None:
+    with pytest.raises(UsageError, match="No %%handler 'nope'"):
+        shell.run_line_magic("serve", "try nope x")
+
+
+def test_mar_build_takes_the_archiver_flags(shell: InteractiveShell, tmp_path: Path) -> None:
+    (tmp_path / "h.py").write_text(ECHO)
+    shell.run_line_magic("mar", "build --model-name m -v 2.0 --handler h.py --archive-format tgz")
+    listing = inspect_archive(tmp_path / "m.tar.gz")
+    assert listing.manifest is not None
+    assert listing.manifest.model.model_version == "2.0"
+    with pytest.raises(UsageError, match="required"):
+        shell.run_line_magic("mar", "build --model-name m")
+    with pytest.raises(UsageError, match="usage"):
+        shell.run_line_magic("mar", "frobnicate")
+
+
+async def test_serve_connect_reaches_a_real_server(
+    shell: InteractiveShell,
+    jp_serverapp: Any,
+    http_server_client: Any,
+    jp_http_port: int,
+    jp_base_url: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    token = jp_serverapp.identity_provider.token
+    url = f"http://localhost:{jp_http_port}{jp_base_url}"
+    await asyncio.to_thread(shell.run_line_magic, "serve", f"connect {url} --token {token}")
+    assert "Healthy" in capsys.readouterr().out
