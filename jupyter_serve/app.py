@@ -8,25 +8,51 @@ Routes reach them through tornado settings:
 * ``serve_metrics``: the `ServeMetrics`;
 * ``serve_app``: this `ServeApp` (limits such as `max_request_size`).
 
+At start (`_start_jupyter_server_extension`, or `start_models()` awaited
+directly) the snapshot comes back and `load_models` are registered, in a
+background task so the server answers at once (see `startup`).
 `stop_extension` stops every worker, so nothing outlives the server.
+
+`ts_config` names a TorchServe `config.properties`; its single-server keys
+(`TS_CONFIG_TRAITS`) fill the traits the user did not set explicitly, which is
+TorchServe's precedence: config.properties < Jupyter config and command line.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
 from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.extension.application import ExtensionApp
 from jupyter_server.utils import url_path_join
-from traitlets import Bool, Float, Int, List, Unicode, default
+from traitlets import Bool, Dict, Float, Int, List, Unicode, default
 
 from .metrics import ServeMetrics
 from .models import BatchPolicy, ServerDefaults
 from .pool import WorkerPool
 from .registry import ModelRegistry, RegistryConfig
 from .routes import ROUTES
+from .startup import StartupPlan, start_models
+from .ts_config import apply_env_overrides, from_properties, read_properties
+
+# config.properties key -> ServeApp trait it fills (unless the trait was set explicitly).
+TS_CONFIG_TRAITS = {
+    "model_store": "model_store",
+    "default_workers_per_model": "default_workers_per_model",
+    "job_queue_size": "job_queue_size",
+    "max_request_size": "max_request_size",
+    "default_response_timeout": "response_timeout",
+    "default_startup_timeout": "startup_timeout",
+    "install_py_dep_per_model": "install_py_dep_per_model",
+    "allowed_urls": "allowed_urls",
+    "enable_model_api": "enable_model_api",
+    "models": "models",
+    "limit_max_image_pixels": "limit_max_image_pixels",
+    "decode_input_request": "decode_input_request",
+}
 
 
 class ServeApp(ExtensionApp):
@@ -52,13 +78,20 @@ class ServeApp(ExtensionApp):
         Unicode(),
         config=True,
         help="Models to register at start, in TorchServe's syntax: `name=x.mar`, `x.mar`, "
-        "or `all` (every archive in the model store).",
+        "or `all` (every archive in the model store). Each gets its model-config.yaml's "
+        "workers, else `models`' minWorkers, else max(1, default_workers_per_model).",
+    )
+    models = Dict(
+        config=True,
+        help="Per-model settings of startup models, TorchServe's `models` JSON: "
+        '{"name": {"1.0": {"batchSize": 4, "maxBatchDelay": 50, "minWorkers": 1, ...}}}.',
     )
     default_workers_per_model = Int(
         0,
         config=True,
         help="Workers a model gets when neither the register call (initial_workers) nor its "
-        "model-config.yaml says (TorchServe's default_workers_per_model; 0 = none).",
+        "model-config.yaml says (TorchServe's default_workers_per_model; 0 = none). "
+        "Startup models get at least 1 (TorchServe: one per CPU).",
     )
     batch_size = Int(1, config=True, help="Default batch size of a model (batchSize).")
     max_batch_delay = Float(
@@ -95,6 +128,21 @@ class ServeApp(ExtensionApp):
         config=True,
         help="Write every change to the set of models to a snapshot and restore it at start.",
     )
+    limit_max_image_pixels = Bool(
+        True, config=True, help="Let PIL refuse decompression-bomb images (TorchServe's key)."
+    )
+    decode_input_request = Bool(
+        True,
+        config=True,
+        help="Decode request bodies for handlers (JSON, text); off, handlers get raw bytes.",
+    )
+    ts_config = Unicode(
+        "",
+        config=True,
+        help="A TorchServe config.properties whose single-server keys fill every trait not "
+        "set explicitly (model_store, load_models, models, default_workers_per_model, ...). "
+        "As `torchserve --ts-config`, giving one skips restoring the snapshot.",
+    )
     enable_model_api = Bool(
         True,
         config=True,
@@ -116,6 +164,8 @@ class ServeApp(ExtensionApp):
         self.handlers.extend((url_path_join(prefix, pattern), route) for pattern, route in ROUTES)
 
     def initialize_settings(self) -> None:
+        self.apply_ts_config()
+        self.startup_task: asyncio.Task[list[tuple[str, str]]] | None = None
         self.metrics = ServeMetrics()
         self.registry = ModelRegistry(self.registry_config())
         self.settings.update(
@@ -131,6 +181,8 @@ class ServeApp(ExtensionApp):
             default_workers=self.default_workers_per_model,
             job_queue_size=self.job_queue_size,
             batch_policy=BatchPolicy(self.batch_policy),
+            limit_max_image_pixels=self.limit_max_image_pixels,
+            decode_input_request=self.decode_input_request,
         )
 
     def registry_config(self) -> RegistryConfig:
@@ -148,8 +200,55 @@ class ServeApp(ExtensionApp):
     def _make_pool(self, spec: Any, batcher: Any) -> WorkerPool:
         return WorkerPool(spec, batcher, on_metrics=self.metrics.record_batch)
 
+    def apply_ts_config(self) -> None:
+        """Fill traits not set explicitly from `ts_config` (TorchServe's precedence)."""
+        if not self.ts_config:
+            return
+        properties = apply_env_overrides(read_properties(self.ts_config), os.environ)
+        load_models = properties.pop("load_models", None)  # `all` lists the final model_store
+        config = from_properties(properties)
+        explicit = self.config.get("ServeApp", {})
+        for key, trait in TS_CONFIG_TRAITS.items():
+            value = getattr(config, key)
+            if value is not None and trait not in explicit:
+                setattr(self, trait, list(value) if isinstance(value, tuple) else value)
+        if load_models is not None and "load_models" not in explicit:
+            self.load_models = [part.strip() for part in load_models.split(",") if part.strip()]
+
+    def startup_plan(self) -> StartupPlan:
+        return StartupPlan(
+            model_store=Path(self.model_store),
+            load_models=tuple(self.load_models),
+            models=self.models,
+            default_workers=self.default_workers_per_model,
+            restore=self.snapshots and not self.ts_config,
+        )
+
+    async def start_models(self) -> list[tuple[str, str]]:
+        """Restore the snapshot and register `load_models`; returns (name, version) started."""
+        started = await start_models(self.registry, self.startup_plan())
+        if started:
+            names = ", ".join(f"{name} {version}" for name, version in started)
+            self.log.info("jupyter_serve: startup models serving: %s", names)
+        return started
+
+    async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
+        """Bring the startup models up in the background: the server answers at once."""
+        self.startup_task = asyncio.ensure_future(self._start_models_logged())
+
+    async def _start_models_logged(self) -> list[tuple[str, str]]:
+        try:
+            return await self.start_models()
+        except Exception:
+            self.log.exception("jupyter_serve: starting the startup models failed")
+            return []
+
     async def stop_extension(self) -> None:
         """Stop every worker of every model."""
+        startup = getattr(self, "startup_task", None)
+        if startup is not None and not startup.done():
+            startup.cancel()
+            await asyncio.gather(startup, return_exceptions=True)
         registry: ModelRegistry | None = getattr(self, "registry", None)
         if registry is not None:
             await asyncio.shield(registry.shutdown())

@@ -1,0 +1,194 @@
+"""ServeApp configuration: config.properties precedence, startup models, snapshot restore.
+
+The server is pytest-jupyter's; its ServeApp traits come from the local
+`jp_server_config` (a config.properties, explicit traits, a tmp workdir).
+pytest-jupyter does not run the extension's start hook, so the tests await
+`start_models()` (or the hook itself) directly. Models are tiny echo archives
+served by real worker processes (no torch: they start in well under a second).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jupyter_serve.app import ServeApp
+from jupyter_serve.archive import ArchiveSpec, build_mar
+from jupyter_serve.models import RegisterParams
+from jupyter_serve.startup import model_identity, startup_workers
+
+ECHO = (
+    'def handle(data, context):\n    return [row.get("body") for row in data] if data else None\n'
+)
+MODELS_JSON = {"second": {"2.0": {"batchSize": 3, "maxBatchDelay": 7, "responseTimeout": 9}}}
+PLAIN = "plain"  # serve_traits without a config.properties
+HANG_GUARD = 60.0  # seconds; only stops a broken start from hanging the suite
+
+
+def build(store: Path, name: str, version: str = "1.0", config: str | None = None) -> str:
+    """`<name>.mar` with an echo handler (and a model-config.yaml) in `store`."""
+    src = store.parent / f"src-{name}-{version}"
+    src.mkdir(parents=True, exist_ok=True)
+    (src / "echo.py").write_text(ECHO)
+    config_file = None
+    if config is not None:
+        (src / "model-config.yaml").write_text(config)
+        config_file = str(src / "model-config.yaml")
+    spec = ArchiveSpec(
+        model_name=name,
+        handler=str(src / "echo.py"),
+        version=version,
+        export_path=str(store),
+        config_file=config_file,
+    )
+    return build_mar(spec).name
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    folder = tmp_path / "store"
+    folder.mkdir()
+    build(folder, "echo")
+    build(folder, "second", "2.0")
+    build(folder, "pair", config="minWorkers: 2\nmaxWorkers: 3\n")
+    return folder
+
+
+@pytest.fixture
+def properties(tmp_path: Path, store: Path) -> Path:
+    path = tmp_path / "config.properties"
+    lines = [
+        f"model_store={store}",
+        "load_models=echo.mar,second.mar",
+        "models=" + json.dumps(MODELS_JSON),
+        "default_workers_per_model=0",
+        "job_queue_size=7",
+        "max_request_size=1234",
+        "default_response_timeout=33",
+        "default_startup_timeout=44",
+        "install_py_dep_per_model=false",
+        "allowed_urls=https://models\\\\.example/.*",
+        "enable_model_api=false",
+        "decode_input_request=false",
+        "limit_max_image_pixels=false",
+        "inference_address=http://0.0.0.0:8080",
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture
+def serve_traits(
+    request: pytest.FixtureRequest, tmp_path: Path, store: Path, properties: Path
+) -> dict[str, Any]:
+    """ServeApp traits: the properties file (plus `param` traits), or PLAIN traits."""
+    param = getattr(request, "param", {})
+    if param == PLAIN:
+        return {
+            "workdir": str(tmp_path / "work"),
+            "model_store": str(store),
+            "load_models": ["echo.mar", "renamed=second.mar"],
+        }
+    return {
+        "workdir": str(tmp_path / "work"),
+        "ts_config": str(properties),
+        "job_queue_size": 11,  # explicit: wins over the properties' 7
+        **param,
+    }
+
+
+@pytest.fixture
+def jp_server_config(serve_traits: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "ServerApp": {"jpserver_extensions": {"jupyter_serve": True}},
+        "ServeApp": serve_traits,
+    }
+
+
+@pytest.fixture
+def serve(jp_serverapp: Any) -> ServeApp:
+    app: ServeApp = jp_serverapp.web_app.settings["serve_app"]
+    return app
+
+
+async def start(serve: ServeApp) -> list[tuple[str, str]]:
+    return await asyncio.wait_for(serve.start_models(), HANG_GUARD)
+
+
+def test_config_properties_fill_the_traits_not_set_explicitly(serve: ServeApp, store: Path) -> None:
+    assert serve.job_queue_size == 11
+    assert serve.model_store == str(store)
+    assert serve.load_models == ["echo.mar", "second.mar"]
+    assert serve.models == MODELS_JSON
+    assert (serve.max_request_size, serve.response_timeout, serve.startup_timeout) == (
+        1234,
+        33.0,
+        44.0,
+    )
+    assert serve.allowed_urls == ["https://models\\.example/.*"]
+    assert serve.enable_model_api is False
+    defaults = serve.registry.config.defaults
+    assert (defaults.job_queue_size, defaults.response_timeout) == (11, 33.0)
+    assert defaults.decode_input_request is False
+    assert defaults.limit_max_image_pixels is False
+    assert serve.registry.config.allowed_urls == ("https://models\\.example/.*",)
+    assert serve.startup_plan().restore is False  # as `torchserve --ts-config`
+
+
+async def test_startup_models_get_models_json_settings_and_one_worker(serve: ServeApp) -> None:
+    assert sorted(await start(serve)) == [("echo", "1.0"), ("second", "2.0")]
+    [echo] = serve.registry.describe("echo")
+    [second] = serve.registry.describe("second")
+    assert (echo["minWorkers"], len(echo["workers"]), echo["loadedAtStartup"]) == (1, 1, True)
+    assert (second["batchSize"], second["maxBatchDelay"], second["responseTimeout"]) == (3, 7, 9)
+    assert echo["responseTimeout"] == 33  # default_response_timeout of the properties
+    assert [worker["status"] for worker in second["workers"]] == ["READY"]
+
+
+@pytest.mark.parametrize(
+    "serve_traits", [{"load_models": ["all"], "default_workers_per_model": 0}], indirect=True
+)
+async def test_all_loads_every_archive_and_the_yaml_sets_workers(serve: ServeApp) -> None:
+    assert sorted(await start(serve)) == [("echo", "1.0"), ("pair", "1.0"), ("second", "2.0")]
+    [pair] = serve.registry.describe("pair")
+    assert (pair["minWorkers"], pair["maxWorkers"], len(pair["workers"])) == (2, 3, 2)
+
+
+@pytest.mark.parametrize("serve_traits", [PLAIN], indirect=True)
+async def test_snapshot_comes_back_first_and_startup_names_already_there_are_skipped(
+    serve: ServeApp,
+) -> None:
+    await serve.registry.register("echo.mar", RegisterParams(initial_workers=2))
+    await serve.registry.shutdown()  # the snapshot stays: a server that stopped
+    assert serve.startup_plan().restore is True
+    started = await start(serve)
+    assert started == [("echo", "1.0"), ("renamed", "2.0")]  # echo once: from the snapshot
+    restored = serve.registry.get("echo")
+    assert (restored.pool.worker_count, restored.loaded_at_startup) == (2, True)
+    assert serve.registry.get("renamed").pool.worker_count == 1
+
+
+@pytest.mark.parametrize("serve_traits", [PLAIN], indirect=True)
+async def test_start_hook_runs_in_the_background_and_a_bad_entry_is_skipped(
+    serve: ServeApp, jp_serverapp: Any
+) -> None:
+    serve.load_models = ["missing=nothing.mar", *serve.load_models]
+    await serve._start_jupyter_server_extension(jp_serverapp)
+    assert serve.startup_task is not None
+    started = await asyncio.wait_for(serve.startup_task, HANG_GUARD)
+    assert started == [("echo", "1.0"), ("renamed", "2.0")]
+
+
+def test_model_identity_reads_the_manifest_else_the_url(store: Path) -> None:
+    assert model_identity("second.mar", store) == ("second", "2.0")
+    assert model_identity(str(store / "pair.mar"), store) == ("pair", "1.0")
+    assert model_identity("https://host/path/remote.mar", store) == ("remote", None)
+    assert model_identity("absent.tar.gz", store) == ("absent", None)
+
+
+def test_startup_models_get_at_least_one_worker() -> None:
+    assert [startup_workers(n) for n in (0, 1, 3)] == [1, 1, 3]
