@@ -78,6 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the server until SIGINT/SIGTERM; returns the exit code."""
     args, rest = parser().parse_known_args(argv)
     server = ServerApp.instance(jpserver_extensions={"jupyter_serve": True})
+    server.classes = [*server.classes, ServeApp]  # `--help-all` lists ServeApp's traits
     server.initialize(argv=server_argv(args, rest))
     serve = _serve_app(server)
     if args.demo:
