@@ -227,9 +227,8 @@ class ServeApp(ExtensionApp):
     async def start_models(self) -> list[tuple[str, str]]:
         """Restore the snapshot and register `load_models`; returns (name, version) started."""
         started = await start_models(self.registry, self.startup_plan())
-        if started:
-            names = ", ".join(f"{name} {version}" for name, version in started)
-            self.log.info("jupyter_serve: startup models serving: %s", names)
+        names = ", ".join(f"{name} {version}" for name, version in started) or "none"
+        self.log.info("jupyter_serve: startup models serving: %s", names)
         return started
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
