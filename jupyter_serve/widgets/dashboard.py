@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Callable
+from functools import partial
 from typing import Any, Protocol
 
 import ipywidgets as w
@@ -34,6 +35,9 @@ class Actions(Protocol):
 
     def unregister(self, name: str, version: str) -> str: ...
 
+
+Fetch = Callable[[DashboardSnapshot | None], DashboardSnapshot]
+"""Where snapshots come from: given the last good one (for trends), the next."""
 
 Act = Callable[[str, Callable[[Actions], str]], None]
 """How a card runs an action: `act(description, call)`, `call` given the `Actions`."""
@@ -116,12 +120,21 @@ class ModelCard(w.VBox):  # type: ignore[misc]
 
 
 class ModelDashboard(w.VBox):  # type: ignore[misc]
-    """Models, workers and live figures of one server; see the module docstring."""
+    """Models, workers and live figures of one server; see the module docstring.
+
+    Args:
+        client: the server to watch and act on (`client.ServeClient`).
+        fetch: where snapshots come from instead of `fetch_snapshot(client, last)`.
+        actions: the scale/unregister calls; the client's management routes by default.
+        interval: seconds between polls.
+        start: poll at once on the current (the kernel's) event loop.
+    """
 
     def __init__(
         self,
         client: ServeClient | None = None,
         *,
+        fetch: Fetch | None = None,
         actions: Actions | None = None,
         interval: float = 2.0,
         start: bool = True,
@@ -135,15 +148,18 @@ class ModelDashboard(w.VBox):  # type: ignore[misc]
         self.cards_box = w.VBox([])
         self.message = w.HTML("")
         self.poller: Poller[DashboardSnapshot] | None = None
-        if client is not None:
+        if fetch is None and client is not None:
+            fetch = partial(fetch_snapshot, client)
+        self._source = fetch
+        if fetch is not None:
             self.poller = Poller(self._fetch, self.update, self.show_error, interval=interval)
         super().__init__([self.banner, self.cards_box, self.message])
         if self.poller is not None and start:
             self.poller.start()
 
     def _fetch(self) -> DashboardSnapshot:
-        assert self.client is not None
-        return fetch_snapshot(self.client, self._last_good)
+        assert self._source is not None
+        return self._source(self._last_good)
 
     def update(self, snapshot: DashboardSnapshot) -> None:
         """Render `snapshot`: the banner and one card per model version, in its order."""
