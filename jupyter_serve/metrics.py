@@ -16,10 +16,10 @@ labels are TorchServe 0.12's (contract §1.5):
   its dimension names as labels (+ `ModelName`, `Level`, `Hostname` when missing):
   counters add, gauges set, histograms observe.
 
-Differences from TorchServe's Java exposition, both forced by `generate_latest`:
-labels are sorted and have no trailing comma, and counters whose TorchServe name
-does not end in `_total` are typed `untyped` so their names stay exactly
-TorchServe's (`Requests2XX`, not `Requests2XX_total`).
+`render` writes the text as TorchServe's Java client does (see `exposition`):
+labels in declaration order with a trailing comma, Java-formatted values,
+counters typed `counter` under TorchServe's exact names, and TorchServe's HELP
+text ("Torchserve prometheus counter metric with unit: Count").
 
 `WorkerThreadTime` is the time a request spent after leaving the queue (worker
 round trip), the nearest thing jupyter_serve measures to TorchServe's value.
@@ -37,11 +37,11 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
-from prometheus_client.registry import RestrictedRegistry
 
 from . import devices
+from .exposition import write_families
 
 if TYPE_CHECKING:
     from .devices import GpuStats
@@ -57,27 +57,23 @@ REQUEST_LABELS = ("model_name", "model_version", "hostname")
 HOST_LABELS = ("Level", "Hostname")
 MODEL_LABELS = ("ModelName", "Level", "Hostname")
 _BUILTIN: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
-    (
-        "ts_inference_requests_total",
-        "Total number of inference requests.",
-        "counter",
-        REQUEST_LABELS,
-    ),
-    ("ts_inference_latency_microseconds", "Inference latency (us).", "counter", REQUEST_LABELS),
-    ("ts_queue_latency_microseconds", "Queue latency (us).", "counter", REQUEST_LABELS),
-    ("Requests2XX", "Requests answered 2XX.", "counter", HOST_LABELS),
-    ("Requests4XX", "Requests answered 4XX.", "counter", HOST_LABELS),
-    ("Requests5XX", "Requests answered 5XX.", "counter", HOST_LABELS),
-    ("QueueTime", "Time a batch waited in the queue (ms).", "gauge", HOST_LABELS),
-    ("WorkerThreadTime", "Time after the queue (ms).", "gauge", HOST_LABELS),
-    ("WorkerLoadTime", "Time to load a worker (ms).", "gauge", ("WorkerName", *HOST_LABELS)),
-    ("HandlerTime", "Time in the handler (ms).", "gauge", MODEL_LABELS),
-    ("PredictionTime", "Time to answer a batch (ms).", "gauge", MODEL_LABELS),
+    # (name, unit: TorchServe's HELP text names it, kind, labels)
+    ("ts_inference_requests_total", "Count", "counter", REQUEST_LABELS),
+    ("ts_inference_latency_microseconds", "Microseconds", "counter", REQUEST_LABELS),
+    ("ts_queue_latency_microseconds", "Microseconds", "counter", REQUEST_LABELS),
+    ("Requests2XX", "Count", "counter", HOST_LABELS),
+    ("Requests4XX", "Count", "counter", HOST_LABELS),
+    ("Requests5XX", "Count", "counter", HOST_LABELS),
+    ("QueueTime", "Milliseconds", "gauge", HOST_LABELS),
+    ("WorkerThreadTime", "Milliseconds", "gauge", HOST_LABELS),
+    ("WorkerLoadTime", "Milliseconds", "gauge", ("WorkerName", *HOST_LABELS)),
+    ("HandlerTime", "ms", "gauge", MODEL_LABELS),
+    ("PredictionTime", "ms", "gauge", MODEL_LABELS),
 )
 _GPU_GAUGES = (
-    ("GPUUtilization", "GPU utilization (%).", "utilization"),
-    ("GPUMemoryUtilization", "GPU memory used (%).", "memory_used_percent"),
-    ("GPUMemoryUsed", "GPU memory used (MiB).", "memory_used_mib"),
+    ("GPUUtilization", "Percent", "utilization"),
+    ("GPUMemoryUtilization", "Percent", "memory_used_percent"),
+    ("GPUMemoryUsed", "Megabytes", "memory_used_mib"),
 )
 _BAD_NAME = re.compile(r"[^a-zA-Z0-9_:]")
 _BAD_LABEL = re.compile(r"[^a-zA-Z0-9_]")
@@ -123,11 +119,15 @@ class _Family:
         return [metric]
 
     def _metric(self) -> Metric:
-        if self.kind == "counter":
-            if self.name.endswith("_total"):
-                return Metric(self.name[: -len("_total")], self.doc, "counter")
-            return Metric(self.name, self.doc, "unknown")
-        return Metric(self.name, self.doc, self.kind)
+        """The family under its exact name (`Metric` would strip a counter's `_total`)."""
+        metric = Metric(self.name, self.doc, self.kind)
+        metric.name = self.name
+        return metric
+
+
+def help_text(kind: str, unit: str) -> str:
+    """TorchServe's HELP text for a metric of this kind and unit."""
+    return f"Torchserve prometheus {kind} metric with unit: {unit}"
 
 
 def _bucket_index(value: float) -> int:
@@ -160,7 +160,7 @@ class _GpuCollector:
         self._source = source
 
     def describe(self) -> list[Metric]:
-        return [Metric(name, doc, "gauge") for name, doc, _ in _GPU_GAUGES]
+        return [Metric(name, help_text("gauge", unit), "gauge") for name, unit, _ in _GPU_GAUGES]
 
     def collect(self) -> list[Metric]:
         stats = self._source()
@@ -253,9 +253,10 @@ class ServeMetrics:
         self._models: dict[tuple[str, str], _ModelStats] = {}
         self._lock = threading.Lock()
         self._gpu_source = gpu_source
-        for name, doc, kind, labels in _BUILTIN:
-            self._add_family(name, doc, kind, labels)
-        self.registry.register(_GpuCollector(self.hostname, gpu_source))
+        for name, unit, kind, labels in _BUILTIN:
+            self._add_family(name, help_text(kind, unit), kind, labels)
+        self._gpu = _GpuCollector(self.hostname, gpu_source)
+        self.registry.register(self._gpu)
 
     def record_request(
         self, model: str, version: str | None, status: int, latency_us: float, queue_us: float
@@ -305,7 +306,7 @@ class ServeMetrics:
         labels.setdefault("Hostname", self.hostname)
         family = self._families.get(name)
         if family is None:
-            doc = f"Handler metric ({metric.get('unit') or 'unit'})."
+            doc = help_text(kind, str(metric.get("unit") or "unit"))
             family = self._try_add_family(name, doc, kind, list(labels))
         if family is None or family.kind != kind or set(family.labelnames) != set(labels):
             log.warning(
@@ -324,11 +325,12 @@ class ServeMetrics:
             self._models.pop((model, version), None)
 
     def render(self, names: Iterable[str] | None = None) -> bytes:
-        """Prometheus text (version 0.0.4); `names` is TorchServe's `name[]` filter."""
-        if names is None:
-            return generate_latest(self.registry)
-        wanted = {f"{n}{suffix}" for n in names for suffix in ("", "_bucket", "_count", "_sum")}
-        return generate_latest(RestrictedRegistry(wanted, self.registry))
+        """Prometheus text (version 0.0.4) as TorchServe writes it; `names` is its `name[]`."""
+        wanted = None if names is None else set(names)
+        with self._lock:
+            families = list(self._families.values())
+        metrics = [m for family in families for m in family.collect()] + self._gpu.collect()
+        return write_families(m for m in metrics if wanted is None or m.name in wanted)
 
     def snapshot(self) -> dict[str, Any]:
         """JSON-ready stats for the dashboard: host counts, per model version, GPUs."""

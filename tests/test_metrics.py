@@ -70,11 +70,11 @@ def test_requests_fill_torchserve_counters_per_model_version() -> None:
     metrics.record_request("mnist", "1.0", 200, 500.0, 50.0)
     metrics.record_request("mnist", None, 503, 100.0, 0.0)
     text = lines(metrics)
-    labels = 'hostname="host1",model_name="mnist",model_version="1.0"'
+    labels = 'model_name="mnist",model_version="1.0",hostname="host1",'
     assert f"ts_inference_requests_total{{{labels}}} 2.0" in text
     assert f"ts_inference_latency_microseconds{{{labels}}} 2000.0" in text
     assert f"ts_queue_latency_microseconds{{{labels}}} 300.0" in text
-    default = 'hostname="host1",model_name="mnist",model_version="default"'
+    default = 'model_name="mnist",model_version="default",hostname="host1",'
     assert f"ts_inference_requests_total{{{default}}} 1.0" in text
     assert "# TYPE ts_inference_requests_total counter" in text
 
@@ -84,16 +84,17 @@ def test_status_classes_count_into_requests_nxx() -> None:
     for status in (200, 201, 404, 400, 413, 500, 302):
         metrics.record_request("m", "1.0", status, 10.0, 1.0)
     text = lines(metrics)
-    assert 'Requests2XX{Hostname="host1",Level="Host"} 2.0' in text
-    assert 'Requests4XX{Hostname="host1",Level="Host"} 3.0' in text
-    assert 'Requests5XX{Hostname="host1",Level="Host"} 1.0' in text
-    assert "# TYPE Requests2XX untyped" in text  # keeps TorchServe's name, no _total
+    assert 'Requests2XX{Level="Host",Hostname="host1",} 2.0' in text
+    assert 'Requests4XX{Level="Host",Hostname="host1",} 3.0' in text
+    assert 'Requests5XX{Level="Host",Hostname="host1",} 1.0' in text
+    assert "# TYPE Requests2XX counter" in text  # TorchServe's name, no _total
+    assert "# HELP Requests2XX Torchserve prometheus counter metric with unit: Count" in text
 
 
 def test_worker_thread_time_is_the_time_after_the_queue() -> None:
     metrics = make_metrics()
     metrics.record_request("m", "1.0", 200, 4000.0, 1000.0)
-    assert 'WorkerThreadTime{Hostname="host1",Level="Host"} 3.0' in lines(metrics)
+    assert 'WorkerThreadTime{Level="Host",Hostname="host1",} 3.0' in lines(metrics)
 
 
 def test_record_batch_sets_queue_and_prediction_time_and_handler_metrics() -> None:
@@ -101,15 +102,15 @@ def test_record_batch_sets_queue_and_prediction_time_and_handler_metrics() -> No
     handler_time = observation("HandlerTime", 7.5, "gauge", ModelName="mnist", Level="Model")
     metrics.record_batch(make_spec(), [handler_time], 12.0, 3, 4.5)
     text = lines(metrics)
-    assert 'QueueTime{Hostname="host1",Level="Host"} 4.5' in text
-    assert 'PredictionTime{Hostname="host1",Level="Model",ModelName="mnist"} 12.0' in text
-    assert 'HandlerTime{Hostname="host1",Level="Model",ModelName="mnist"} 7.5' in text
+    assert 'QueueTime{Level="Host",Hostname="host1",} 4.5' in text
+    assert 'PredictionTime{ModelName="mnist",Level="Model",Hostname="host1",} 12.0' in text
+    assert 'HandlerTime{ModelName="mnist",Level="Model",Hostname="host1",} 7.5' in text
 
 
 def test_worker_load_time_is_labelled_by_worker() -> None:
     metrics = make_metrics()
     metrics.record_worker_load("W-mnist-1", 812.0)
-    expected = 'WorkerLoadTime{Hostname="host1",Level="Host",WorkerName="W-mnist-1"} 812.0'
+    expected = 'WorkerLoadTime{WorkerName="W-mnist-1",Level="Host",Hostname="host1",} 812.0'
     assert expected in lines(metrics)
 
 
@@ -121,9 +122,9 @@ def test_handler_counter_increments_and_gauge_is_set() -> None:
     metrics.record_batch(spec, [counter, counter, gauge], 1.0, 1, 0.0)
     metrics.record_batch(spec, [{**gauge, "value": 3}], 1.0, 1, 0.0)
     text = lines(metrics)
-    assert 'CacheHits{Hostname="host1",Level="Model",ModelName="mnist",Shard="a"} 4.0' in text
-    assert 'QueueDepth{Hostname="host1",Level="Model",ModelName="mnist"} 3.0' in text
-    assert "# HELP CacheHits Handler metric (Milliseconds)." in text
+    assert 'CacheHits{ModelName="mnist",Level="Model",Shard="a",Hostname="host1",} 4.0' in text
+    assert 'QueueDepth{ModelName="mnist",Level="Model",Hostname="host1",} 3.0' in text
+    assert "# HELP CacheHits Torchserve prometheus counter metric with unit: Milliseconds" in text
 
 
 def test_handler_histogram_observes_into_buckets() -> None:
@@ -132,11 +133,11 @@ def test_handler_histogram_observes_into_buckets() -> None:
     metrics.record_batch(spec, [observation("Size", 3, "histogram", Level="Model")], 1.0, 1, 0.0)
     metrics.record_batch(spec, [observation("Size", 70, "histogram", Level="Model")], 1.0, 1, 0.0)
     text = lines(metrics)
-    labels = 'Hostname="host1",Level="Model",ModelName="mnist"'
-    assert f'Size_bucket{{{labels},le="1.0"}} 0.0' in text
-    assert f'Size_bucket{{{labels},le="5.0"}} 1.0' in text
-    assert f'Size_bucket{{{labels},le="100.0"}} 2.0' in text
-    assert f'Size_bucket{{{labels},le="+Inf"}} 2.0' in text
+    labels = 'ModelName="mnist",Level="Model",Hostname="host1",'
+    assert f'Size_bucket{{{labels}le="1.0",}} 0.0' in text
+    assert f'Size_bucket{{{labels}le="5.0",}} 1.0' in text
+    assert f'Size_bucket{{{labels}le="100.0",}} 2.0' in text
+    assert f'Size_bucket{{{labels}le="+Inf",}} 2.0' in text
     assert f"Size_count{{{labels}}} 2.0" in text
     assert f"Size_sum{{{labels}}} 73.0" in text
     assert "# TYPE Size histogram" in text
@@ -145,7 +146,7 @@ def test_handler_histogram_observes_into_buckets() -> None:
 def test_handler_metric_names_and_labels_are_made_prometheus_safe() -> None:
     metrics = make_metrics()
     metrics.record_handler_metric(observation("my-metric", 1, "gauge", **{"a b": "x"}), "m")
-    assert 'my_metric{Hostname="host1",Level="Model",ModelName="m",a_b="x"} 1.0' in lines(metrics)
+    assert 'my_metric{ModelName="m",Level="Model",a_b="x",Hostname="host1",} 1.0' in lines(metrics)
 
 
 @pytest.mark.parametrize(
@@ -174,11 +175,11 @@ def test_handler_metric_changing_shape_is_ignored() -> None:
     metrics.record_handler_metric(observation("Size", 1, "histogram"), "m")
     metrics.record_handler_metric(observation("Size_sum", 7, "gauge"), "m")
     text = "\n".join(lines(metrics))
-    assert 'Hits{Hostname="host1",Level="Model",ModelName="m",Shard="a"} 1.0' in text
+    assert 'Hits{ModelName="m",Level="Model",Shard="a",Hostname="host1",} 1.0' in text
     assert "Other" not in text
     assert "Requests2XX{" not in text
     assert "Size_sum gauge" not in text
-    assert 'Size_sum{Hostname="host1",Level="Model",ModelName="m"} 1.0' in text
+    assert 'Size_sum{ModelName="m",Level="Model",Hostname="host1",} 1.0' in text
 
 
 def test_render_filter_selects_named_families() -> None:
@@ -186,7 +187,7 @@ def test_render_filter_selects_named_families() -> None:
     metrics.record_request("m", "1.0", 200, 10.0, 1.0)
     metrics.record_handler_metric(observation("Size", 3, "histogram"), "m")
     text = "\n".join(lines(metrics, ["Requests2XX", "Size", "ts_inference_requests_total"]))
-    assert 'Requests2XX{Hostname="host1",Level="Host"} 1.0' in text
+    assert 'Requests2XX{Level="Host",Hostname="host1",} 1.0' in text
     assert "Size_sum{" in text
     assert "Size_bucket{" in text
     assert "ts_inference_requests_total{" in text
@@ -206,7 +207,7 @@ def test_gpu_gauges_come_from_the_gpu_source() -> None:
     }
     metrics = ServeMetrics("host1", gpu_source=lambda: [gpu])
     text = lines(metrics)
-    labels = 'DeviceId="0",Hostname="host1",Level="Host"'
+    labels = 'DeviceId="0",Level="Host",Hostname="host1",'
     assert f"GPUUtilization{{{labels}}} 37.0" in text
     assert f"GPUMemoryUtilization{{{labels}}} 12.06" in text
     assert f"GPUMemoryUsed{{{labels}}} 1930.0" in text
@@ -316,7 +317,7 @@ def test_pool_on_metrics_feeds_record_batch(tmp_path: Path) -> None:
 
     asyncio.run(asyncio.wait_for(main(), HANG_GUARD))
     text = lines(metrics)
-    assert 'PredictionTime{Hostname="host1",Level="Model",ModelName="mnist"} 1.5' in text
-    assert 'FakeBatchSize{Hostname="host1",Level="Model",ModelName="mnist"} 2.0' in text
+    assert 'PredictionTime{ModelName="mnist",Level="Model",Hostname="host1",} 1.5' in text
+    assert 'FakeBatchSize{ModelName="mnist",Level="Model",Hostname="host1",} 2.0' in text
     (model,) = metrics.snapshot()["models"]
     assert (model["batches"], model["batch_fill"]) == (1, 1.0)

@@ -13,7 +13,7 @@ from typing import Any
 from tornado import web
 
 from ..errors import ResourceNotFound
-from . import inference, management, metrics
+from . import inference, kserve, management, metrics, openapi
 from .base import NOT_FOUND_MESSAGE, ServeRoute
 
 
@@ -31,5 +31,7 @@ ROUTES: list[tuple[str, type[Any]]] = [
     *inference.ROUTES,
     *management.ROUTES,
     *metrics.ROUTES,
+    *kserve.ROUTES,
+    *openapi.ROUTES,
     (r".*", NotFoundRoute),
 ]

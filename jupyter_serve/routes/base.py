@@ -5,6 +5,10 @@ the token (header, Bearer, `?token=`) or a cookie with XSRF is required. Any
 `ServeError` a route raises becomes TorchServe's body
 `{"code": ..., "type": ..., "message": ...}` with its status; tornado's own
 errors (a wrong verb, a malformed request) are mapped the same way.
+
+Every response, errors included, carries TorchServe's `x-request-id` header:
+`set_default_headers` runs again whenever tornado clears the response for an
+error, so the id survives `send_error`.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from tornado import web
 from ..errors import MethodNotAllowed, ResourceNotFound, ServeError
 from ..metrics import ServeMetrics
 from ..registry import ModelRegistry
+from .requests import new_request_id
 
 NOT_FOUND_MESSAGE = "Requested resource is not found, please refer to API document."
 _NOT_ALLOWED = "Requested method is not allowed, please refer to API document."
@@ -28,6 +33,18 @@ class ServeRoute(ExtensionHandlerMixin, APIHandler):
     """Base class of jupyter_serve's routes."""
 
     auth_resource = "serve"
+    _request_id: str | None = None
+
+    @property
+    def request_id(self) -> str:
+        """This request's id (a UUID4), sent back as `x-request-id`."""
+        if self._request_id is None:
+            self._request_id = new_request_id()
+        return self._request_id
+
+    def set_default_headers(self) -> None:
+        super().set_default_headers()
+        self.set_header("x-request-id", self.request_id)
 
     @property
     def registry(self) -> ModelRegistry:

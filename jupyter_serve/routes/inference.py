@@ -1,12 +1,139 @@
-"""Inference routes: `ping`, predictions and explanations (TorchServe's inference API)."""
+"""Inference routes: `ping`, predictions and explanations (TorchServe's inference API).
+
+`InferenceRoute` is the shared core (the KServe routes build on it too): it
+checks `max_request_size` (413), finds the model version (404), refuses a model
+without workers (503 with TorchServe's message), submits requests to the
+model's batcher with `deadline = now + responseTimeout`, and records each
+request in the metrics with its final status.
+
+A result is sent as TorchServe's `RestJob` sends it: the handler's status and
+reason phrase, its headers, and its body as is. TorchServe sets a
+`Content-Type` only when the handler set one (`context.set_response_content_type`
+or a `content-type` response header), so a result without one is sent with no
+`Content-Type` at all. Every verb but OPTIONS predicts, as in TorchServe;
+OPTIONS answers the model's own OpenAPI description.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
 from tornado import web
 
+from ..batching import no_worker_message
+from ..errors import ServeError, ServiceUnavailable
+from ..protocol import InferenceRequest, InferenceResult
+from ..registry import Model
 from .base import ServeRoute
+from .openapi import model_api
+from .requests import to_inference_request
+
+DEFAULT_MAX_REQUEST_SIZE = 6553500
+
+
+class RequestTooLarge(ServeError):
+    """The request body exceeds `max_request_size` (Netty's aggregator answers 413)."""
+
+    status_code = 413
+    error_type = "RequestEntityTooLargeException"
+
+
+class InferenceRoute(ServeRoute):
+    """Base of the routes that run requests through a model's batcher."""
+
+    _target: tuple[str, str | None] | None = None
+    _started: float = 0.0
+    _pending: tuple[asyncio.Future[InferenceResult], ...] = ()
+
+    def check_request_size(self) -> None:
+        """413 when the body (or its announced length) exceeds `max_request_size`."""
+        app = self.settings.get("serve_app")
+        limit = int(getattr(app, "max_request_size", DEFAULT_MAX_REQUEST_SIZE))
+        announced = self.request.headers.get("Content-Length", "")
+        size = int(announced) if announced.isdigit() else 0
+        if max(size, len(self.request.body or b"")) > limit:
+            raise RequestTooLarge(f"Request size exceeds the limit of {limit} bytes.")
+
+    def serving_model(self, name: str, version: str | None) -> Model:
+        """The model version to run; 404 when unknown, 503 when it has no worker."""
+        model = self.registry.get(name, version)
+        self._target, self._started = (name, version), time.perf_counter()
+        if model.pool.worker_count == 0:
+            raise ServiceUnavailable(no_worker_message(name, version))
+        return model
+
+    async def run(self, model: Model, requests: list[InferenceRequest]) -> list[InferenceResult]:
+        """Submit every request to the model's batcher and await all results, in order."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + model.spec.response_timeout
+        self._pending = tuple(model.batcher.submit(request, deadline) for request in requests)
+        return list(await asyncio.gather(*self._pending))
+
+    def send_result(self, result: InferenceResult) -> None:
+        """Answer with the handler's status, reason, content type, headers and raw body."""
+        self.set_status(result.status, result.reason or None)
+        self.clear_header("Content-Type")
+        if result.content_type:
+            self.set_header("Content-Type", result.content_type)
+        for name, value in result.headers.items():
+            self.set_header(name, value)
+        self.send_raw(result.body)
+
+    def send_raw(self, body: bytes) -> None:
+        """Finish without APIHandler's forced JSON content type."""
+        self.update_api_activity()
+        web.RequestHandler.finish(self, body)
+
+    def on_connection_close(self) -> None:
+        """The client went away: drop its queued requests (the batcher skips them)."""
+        for future in self._pending:
+            future.cancel()
+        super().on_connection_close()
+
+    def on_finish(self) -> None:
+        if self._target is not None:
+            name, version = self._target
+            latency_us = (time.perf_counter() - self._started) * 1e6
+            self.metrics.record_request(name, version, self.get_status(), latency_us, 0.0)
+        super().on_finish()
+
+
+class PredictionRoute(InferenceRoute):
+    """`predictions/{m}[/{v}[/{extra...}]]`: extra segments reach the handler as `url_path`."""
+
+    explain = False
+
+    @web.authenticated
+    async def _predict(
+        self, name: str, version: str | None = None, extra: str | None = None
+    ) -> None:
+        self.check_request_size()
+        model = self.serving_model(name, version)
+        request = to_inference_request(
+            self.request, self.request_id, explain=self.explain, url_path=extra
+        )
+        [result] = await self.run(model, [request])
+        self.send_result(result)
+
+    get = post = put = delete = patch = _predict
+
+    def options(self, *args: Any, **kwargs: Any) -> None:
+        if self.request.headers.get("Access-Control-Request-Method"):
+            super().options(*args, **kwargs)  # a CORS preflight: jupyter_server answers it
+        else:
+            self._model_api(*args)
+
+    @web.authenticated
+    def _model_api(self, name: str, version: str | None = None, *_: str | None) -> None:
+        self.write_json(model_api(self.registry.get(name, version)))
+
+
+class ExplanationRoute(PredictionRoute):
+    """`explanations/{m}[/{v}]`: the same path with the `explain: True` header."""
+
+    explain = True
 
 
 class PingRoute(ServeRoute):
@@ -20,6 +147,10 @@ class PingRoute(ServeRoute):
             self.write_json({"status": "Unhealthy"}, status=500)
 
 
+_MODEL_PATH = r"/([^/]+)(?:/([^/]+)(?:/(.+))?)?/?"
+
 ROUTES: list[tuple[str, type[Any]]] = [
     (r"ping", PingRoute),
+    (r"predictions" + _MODEL_PATH, PredictionRoute),
+    (r"explanations" + _MODEL_PATH, ExplanationRoute),
 ]

@@ -1,7 +1,30 @@
-"""The metrics route: Prometheus text with TorchServe's metric names."""
+"""The metrics route: Prometheus text with TorchServe's metric names.
+
+`GET metrics` answers `ServeMetrics.render` in the Prometheus text format 0.0.4
+as TorchServe's Java exposition writes it; repeated `name[]` query arguments
+select metric families, as in TorchServe.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-ROUTES: list[tuple[str, type[Any]]] = []
+from tornado import web
+
+from .base import ServeRoute
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class MetricsRoute(ServeRoute):
+    """`GET metrics[?name[]=X&name[]=Y]`."""
+
+    @web.authenticated
+    def get(self) -> None:
+        names = self.get_query_arguments("name[]")
+        self.finish(self.metrics.render(names or None), set_content_type=CONTENT_TYPE)
+
+
+ROUTES: list[tuple[str, type[Any]]] = [
+    (r"metrics", MetricsRoute),
+]

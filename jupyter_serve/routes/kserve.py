@@ -1,0 +1,241 @@
+"""KServe v1 and v2 (Open Inference Protocol) routes, with the envelopes applied natively.
+
+TorchServe forwards these bodies untouched and lets a backend envelope
+(`service_envelope=kserve` / `kservev2`) turn the body into the handler's batch.
+Here the route does it, so every model answers these routes without a setting:
+
+* v1 `{"instances": [i0, i1, ...]}`: each instance is one batch item, exactly the
+  row the handler sees under TorchServe's envelope (a JSON object's keys become
+  the row's keys; anything else is the row's "body"). The answer is
+  `{"predictions": [...]}` (or `"explanations"` for `:explain`), one per instance.
+* v2 `{"id"?, "inputs": [{name, shape, datatype, data}, ...]}`: each input is one
+  batch item (its data reshaped to `shape`; BYTES inputs pass `data[0]`). The
+  answer is `{"id", "model_name", "model_version", "outputs"}`, each output
+  flattened with its input's name, as TorchServe's `kservev2` envelope does.
+
+Items go through the model's batcher one by one, so they batch with other
+traffic up to the model's batch size. A handler output that is JSON is used
+as the value; other text as a string. A malformed envelope is a 400.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+from typing import Any
+
+from tornado import web
+
+from .._version import __version__
+from ..errors import BadRequest
+from ..protocol import InferenceRequest, InferenceResult, Parameter
+from .base import ServeRoute
+from .inference import InferenceRoute
+from .requests import to_inference_request
+
+JSON_TYPE = "application/json"
+VERSIONING = "Model versioning is not yet supported."
+
+
+def _json_body(body: bytes, key: str) -> tuple[dict[str, Any], list[Any]]:
+    """The parsed envelope and its `key` list; 400 when either is missing."""
+    try:
+        data = json.loads(body or b"null")
+    except ValueError as exc:
+        raise BadRequest(f"Invalid JSON body: {exc}") from exc
+    if not isinstance(data, dict) or not isinstance(data.get(key), list):
+        raise BadRequest(f'The request body must be a JSON object with a "{key}" list.')
+    return data, data[key]
+
+
+def _item_parameters(item: Any) -> tuple[Parameter, ...]:
+    """One batch row: an object's keys as JSON parameters, anything else as "body"."""
+    fields = item if isinstance(item, dict) else {"body": item}
+    return tuple(
+        Parameter(str(name), JSON_TYPE, json.dumps(value).encode())
+        for name, value in fields.items()
+    )
+
+
+def _output_value(body: bytes) -> Any:
+    """A handler's encoded output as a JSON value: JSON as is, text as a string."""
+    try:
+        return json.loads(body)
+    except ValueError:
+        pass
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError:
+        return base64.b64encode(body).decode("ascii")
+
+
+def _flatten(value: Any) -> list[Any]:
+    if isinstance(value, list):
+        return [leaf for item in value for leaf in _flatten(item)]
+    return [value]
+
+
+def _reshape(flat: list[Any], shape: list[int]) -> Any:
+    if not shape:
+        return flat[0]
+    if len(shape) == 1:
+        return flat
+    step = math.prod(shape[1:])
+    return [_reshape(flat[i * step : (i + 1) * step], shape[1:]) for i in range(shape[0])]
+
+
+def _input_row(tensor: Any) -> dict[str, Any]:
+    """A v2 input as the handler's row: data reshaped to its shape (BYTES: data[0])."""
+    if not isinstance(tensor, dict) or "data" not in tensor:
+        raise BadRequest(
+            'Each v2 input must be an object with "name", "shape", "datatype", "data".'
+        )
+    row = dict(tensor)
+    if row.get("datatype") == "BYTES":
+        row["data"] = _flatten(row["data"])[0]
+        return row
+    flat, shape = _flatten(row["data"]), [int(n) for n in row.get("shape") or []]
+    if shape and math.prod(shape) != len(flat):
+        raise BadRequest(f"Input {row.get('name')}: {len(flat)} values do not fit shape {shape}.")
+    row["data"] = _reshape(flat, shape)
+    return row
+
+
+def _datatype(values: list[Any]) -> str:
+    """The v2 datatype numpy would infer for these values."""
+    if any(isinstance(v, str) for v in values):
+        return "BYTES"
+    if values and all(isinstance(v, bool) for v in values):
+        return "BOOL"
+    if values and all(isinstance(v, int) for v in values):
+        return "INT64"
+    return "FP64"
+
+
+def _v2_output(name: str, value: Any) -> dict[str, Any]:
+    flat = _flatten(value)
+    return {"name": name, "shape": [len(flat)], "datatype": _datatype(flat), "data": flat}
+
+
+class KServeRoute(InferenceRoute):
+    """Runs one envelope's items through the batcher; a failed item answers for all."""
+
+    async def run_items(self, name: str, items: list[Any], explain: bool) -> list[Any] | None:
+        """The handler's outputs for `items`, or None when a non-2xx result was sent."""
+        model = self.serving_model(name, None)
+        base = to_inference_request(self.request, self.request_id, explain=explain)
+        requests = [
+            InferenceRequest(self.request_id, base.headers, _item_parameters(item))
+            for item in items
+        ]
+        results: list[InferenceResult] = await self.run(model, requests) if requests else []
+        failed = next((result for result in results if not 200 <= result.status < 300), None)
+        if failed is not None:
+            self.send_result(failed)
+            return None
+        return [_output_value(result.body) for result in results]
+
+
+class V1InferRoute(KServeRoute):
+    """`POST v1/models/{m}:predict` and `:explain`."""
+
+    @web.authenticated
+    async def post(self, name: str, action: str) -> None:
+        self.check_request_size()
+        _, instances = _json_body(self.request.body, "instances")
+        explain = action == "explain"
+        outputs = await self.run_items(name, instances, explain)
+        if outputs is not None:
+            self.write_json({"explanations" if explain else "predictions": outputs})
+
+
+class V2InferRoute(KServeRoute):
+    """`POST v2/models/{m}/infer` and `/explain`."""
+
+    @web.authenticated
+    async def post(self, name: str, action: str) -> None:
+        self.check_request_size()
+        data, inputs = _json_body(self.request.body, "inputs")
+        rows = [_input_row(tensor) for tensor in inputs]
+        outputs = await self.run_items(name, rows, action == "explain")
+        if outputs is None:
+            return
+        spec = self.registry.get(name).spec
+        names = [str(row.get("name", f"input-{i}")) for i, row in enumerate(rows)]
+        self.write_json(
+            {
+                "id": str(data.get("id") or "").strip() or self.request_id,
+                "model_name": spec.model_name,
+                "model_version": spec.version,
+                "outputs": [_v2_output(n, v) for n, v in zip(names, outputs, strict=True)],
+            }
+        )
+
+
+class ModelReadyRoute(ServeRoute):
+    """`GET v1/models/{m}` and `GET v2/models/{m}/ready`: {"name", "ready"}."""
+
+    @web.authenticated
+    def get(self, name: str) -> None:
+        model = self.registry.get(name)
+        self.write_json({"name": name, "ready": model.pool.healthy_count > 0})
+
+
+class ModelMetadataRoute(ServeRoute):
+    """`GET v2/models/{m}`: the Open Inference Protocol model metadata."""
+
+    @web.authenticated
+    def get(self, name: str) -> None:
+        self.registry.get(name)
+        versions = [model.version for model in self.registry.versions(name)]
+        self.write_json(
+            {"name": name, "versions": versions, "platform": "pytorch", "inputs": [], "outputs": []}
+        )
+
+
+class ServerMetadataRoute(ServeRoute):
+    """`GET v2`: TorchServe's server metadata (its "extenstion" typo included)."""
+
+    @web.authenticated
+    def get(self) -> None:
+        self.write_json(
+            {"name": "Torchserve", "version": __version__, "extenstion": ["kserve", "kubeflow"]}
+        )
+
+
+class LiveRoute(ServeRoute):
+    @web.authenticated
+    def get(self) -> None:
+        self.write_json({"live": True})
+
+
+class ReadyRoute(ServeRoute):
+    """`GET v2/health/ready`: ready when every model has its minimum of workers."""
+
+    @web.authenticated
+    def get(self) -> None:
+        self.write_json({"ready": self.registry.healthy()})
+
+
+class VersionedRoute(ServeRoute):
+    """`v2/models/{m}/versions/...`: 501, as TorchServe (no versions in its OIP routes)."""
+
+    @web.authenticated
+    def _unsupported(self, *args: str) -> None:
+        self.write_json({"error": VERSIONING}, status=501)
+
+    get = post = put = delete = _unsupported
+
+
+ROUTES: list[tuple[str, type[Any]]] = [
+    (r"v1/models/([^/:%]+)(?::|%3[Aa])(predict|explain)", V1InferRoute),  # ":" maybe quoted
+    (r"v1/models/([^/:]+)", ModelReadyRoute),
+    (r"v2/?", ServerMetadataRoute),
+    (r"v2/health/live", LiveRoute),
+    (r"v2/health/ready", ReadyRoute),
+    (r"v2/models/([^/]+)/versions/.+", VersionedRoute),
+    (r"v2/models/([^/]+)/(infer|explain)", V2InferRoute),
+    (r"v2/models/([^/]+)/ready", ModelReadyRoute),
+    (r"v2/models/([^/]+)", ModelMetadataRoute),
+]

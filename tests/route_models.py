@@ -1,0 +1,88 @@
+"""Shared by the REST route tests: a probe handler, built into a .mar and registered for real.
+
+`PROBE` echoes its input and, driven by the `X-Mode` request header, shows what
+it received, sets a status, content type or headers, or fails the way a
+TorchServe handler can. No torch: a worker serving it starts in well under a
+second.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from jupyter_serve.archive import ArchiveSpec, build_mar
+from jupyter_serve.models import RegisterParams
+from jupyter_serve.registry import ModelRegistry
+
+PROBE = """
+from ts.utils.util import PredictionException
+
+
+def _seen(row, context, idx):
+    return {
+        "keys": sorted(row),
+        "types": {key: type(value).__name__ for key, value in row.items()},
+        "explain": context.get_request_header(idx, "explain"),
+        "url_path": context.get_request_header(idx, "url_path"),
+        "batch": len(context.request_ids),
+        "row": {k: v for k, v in row.items() if not isinstance(v, (bytes, bytearray))},
+    }
+
+
+def handle(data, context):
+    if not data:
+        return None
+    out = []
+    for idx, row in enumerate(data):
+        mode = context.get_request_header(idx, "X-Mode") or ""
+        if mode == "raise":
+            raise RuntimeError("boom")
+        if mode == "oom":
+            raise MemoryError("no room")
+        if mode == "custom":
+            raise PredictionException("custom failure", 599)
+        if mode == "status":
+            context.set_response_status(507, "", idx)
+            out.append("Invalid response")
+        elif mode == "headers":
+            context.set_response_content_type(idx, "text/plain")
+            context.set_response_header(idx, "dummy", "1")
+            out.append("with headers")
+        elif mode == "seen":
+            out.append(_seen(row, context, idx))
+        else:
+            value = row.get("data") or row.get("body")
+            out.append(bytes(value) if isinstance(value, (bytes, bytearray)) else value)
+    return out
+"""
+
+
+def serve_state(serverapp: Any) -> tuple[ModelRegistry, Path]:
+    """The running server's registry and model store."""
+    settings = serverapp.web_app.settings
+    return settings["serve_registry"], Path(settings["serve_app"].model_store)
+
+
+def server_config(tmp_path: Path, **serve: Any) -> dict[str, Any]:
+    """A `jp_server_config` with jupyter_serve on, a private workdir and no snapshots."""
+    settings = {"workdir": str(tmp_path / "work"), "snapshots": False, **serve}
+    return {"ServerApp": {"jpserver_extensions": {"jupyter_serve": True}}, "ServeApp": settings}
+
+
+async def register(
+    serverapp: Any, name: str = "probe", version: str = "1.0", workers: int = 1, **params: Any
+) -> None:
+    """Build `PROBE` as `<name>-<version>.mar` in the model store and register it."""
+    registry, store = serve_state(serverapp)
+    src = store.parent / f"src-{name}-{version}"
+    src.mkdir(parents=True, exist_ok=True)
+    (src / "probe.py").write_text(PROBE)
+    spec = ArchiveSpec(
+        model_name=name, handler=str(src / "probe.py"), version=version, export_path=str(store)
+    )
+    mar = build_mar(spec)
+    target = mar.with_name(f"{name}-{version}.mar")
+    mar.rename(target)
+    values = {"response_timeout": 30, "startup_timeout": 30, "initial_workers": workers, **params}
+    await registry.register(target.name, RegisterParams(**values))

@@ -1,0 +1,252 @@
+"""Tests for the inference routes through jp_fetch, with real workers serving the probe .mar."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from route_models import register, server_config
+from tornado.httpclient import HTTPClientError, HTTPResponse
+
+Fetch = Callable[..., Awaitable[HTTPResponse]]
+MAX_REQUEST_SIZE = 4096
+
+
+def raw() -> dict[str, str]:
+    """Headers of a raw body (tornado's client would say form-urlencoded); fresh each time,
+    since jp_fetch writes its token into the dict it is given."""
+    return {"Content-Type": "application/octet-stream"}
+
+
+@pytest.fixture
+def jp_server_config(tmp_path: Path) -> dict[str, Any]:
+    return server_config(tmp_path, max_request_size=MAX_REQUEST_SIZE)
+
+
+async def fail(fetch: Fetch, *path: str, **kwargs: Any) -> HTTPResponse:
+    """The error response of a request expected to fail."""
+    with pytest.raises(HTTPClientError) as caught:
+        await fetch(*path, **kwargs)
+    assert caught.value.response is not None
+    return caught.value.response
+
+
+def error_json(response: HTTPResponse) -> Any:
+    return json.loads(response.body)
+
+
+def seen(response: HTTPResponse) -> Any:
+    assert response.code == 200
+    return json.loads(response.body)
+
+
+async def test_binary_body_comes_back_raw_without_a_content_type(
+    jp_fetch: Fetch, jp_serverapp: Any
+) -> None:
+    await register(jp_serverapp)
+    payload = bytes(range(256))
+    response = await jp_fetch(
+        "serve", "predictions", "probe", method="POST", body=payload,
+        headers=raw(),
+    )  # fmt: skip
+    assert response.code == 200
+    assert response.body == payload
+    assert "Content-Type" not in response.headers  # TorchServe sets none unless the handler does
+    uuid.UUID(response.headers["x-request-id"])
+
+
+async def test_json_body_reaches_the_handler_parsed(jp_fetch: Fetch, jp_serverapp: Any) -> None:
+    await register(jp_serverapp)
+    response = await jp_fetch(
+        "serve", "predictions", "probe", method="POST", body=json.dumps({"a": [1, 2]}),
+        headers={"Content-Type": "application/json", "X-Mode": "seen"},
+    )  # fmt: skip
+    info = seen(response)
+    assert info["keys"] == ["body"]
+    assert info["types"] == {"body": "dict"}
+    assert info["row"] == {"body": {"a": [1, 2]}}
+    assert info["explain"] == "False"
+
+
+async def test_text_and_form_bodies_become_parameters(jp_fetch: Fetch, jp_serverapp: Any) -> None:
+    await register(jp_serverapp)
+    text = await jp_fetch(
+        "serve", "predictions", "probe", method="POST", body="héllo",
+        headers={"Content-Type": "text/plain; charset=utf-8", "X-Mode": "seen"},
+    )  # fmt: skip
+    assert seen(text)["row"] == {"body": "héllo"}
+    form = await jp_fetch(
+        "serve", "predictions", "probe", method="POST", body="data=1&target=3",
+        headers={"Content-Type": "application/x-www-form-urlencoded", "X-Mode": "seen"},
+    )  # fmt: skip
+    info = seen(form)
+    assert info["keys"] == ["data", "target"]
+    assert info["types"] == {"data": "bytearray", "target": "bytearray"}
+
+
+async def test_multipart_and_raw_echo_return_the_same_bytes(
+    jp_fetch: Fetch, jp_serverapp: Any
+) -> None:
+    await register(jp_serverapp)
+    payload = b"\x00\x01image-bytes\xff"
+    boundary = "XyZ"
+    body = (
+        (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="data"; filename="x.bin"\r\n'
+            "Content-Type: application/octet-stream\r\n\r\n"
+        ).encode()
+        + payload
+        + f"\r\n--{boundary}--\r\n".encode()
+    )
+    multipart = await jp_fetch(
+        "serve", "predictions", "probe", method="POST", body=body,
+        headers={"Content-Type": f"multipart/form-data; boundary={boundary}"},
+    )  # fmt: skip
+    echo = await jp_fetch(
+        "serve", "predictions", "probe", method="POST", body=payload, headers=raw()
+    )
+    assert multipart.body == echo.body == payload
+
+
+async def test_versions_and_extra_segments_as_url_path(jp_fetch: Fetch, jp_serverapp: Any) -> None:
+    await register(jp_serverapp, version="1.0")
+    await register(jp_serverapp, version="2.0")
+    headers = {"X-Mode": "seen"}
+    deep = await jp_fetch(
+        "serve", "predictions", "probe", "2.0", "v1", "chat", "completion",
+        method="POST", body=b"x", headers=headers,
+    )  # fmt: skip
+    assert seen(deep)["url_path"] == "v1/chat/completion"
+    plain = await jp_fetch("serve", "predictions", "probe", "1.0", method="POST", body=b"x",
+                           headers=headers)  # fmt: skip
+    assert seen(plain)["url_path"] is None
+
+
+async def test_explanations_set_the_explain_header(jp_fetch: Fetch, jp_serverapp: Any) -> None:
+    await register(jp_serverapp)
+    for path in (("probe",), ("probe", "1.0")):
+        response = await jp_fetch(
+            "serve", "explanations", *path, method="POST", body=b"x", headers={"X-Mode": "seen"}
+        )
+        assert seen(response)["explain"] == "True"
+
+
+async def test_handler_status_content_type_and_headers_pass_through(
+    jp_fetch: Fetch, jp_serverapp: Any
+) -> None:
+    await register(jp_serverapp)
+    response = await jp_fetch(
+        "serve", "predictions", "probe", method="POST", body=b"x", headers={"X-Mode": "headers"}
+    )
+    assert response.body == b"with headers"
+    assert response.headers["Content-Type"] == "text/plain"
+    assert response.headers["dummy"] == "1"
+    status = await fail(jp_fetch, "serve", "predictions", "probe", method="POST", body=b"x",
+                        headers={"X-Mode": "status"})  # fmt: skip
+    assert status.code == 507
+    assert status.body == b"Invalid response"  # the handler's body, not error JSON
+    assert "x-request-id" in status.headers
+
+
+@pytest.mark.parametrize(
+    ("mode", "code", "message"),
+    [
+        ("raise", 503, "Prediction failed"),
+        ("oom", 507, "Out of resources"),
+        ("custom", 599, "custom failure"),
+    ],
+)
+async def test_handler_failures_answer_torchserve_error_json(
+    jp_fetch: Fetch, jp_serverapp: Any, mode: str, code: int, message: str
+) -> None:
+    await register(jp_serverapp)
+    response = await fail(jp_fetch, "serve", "predictions", "probe", method="POST", body=b"x",
+                          headers={"X-Mode": mode})  # fmt: skip
+    assert response.code == code
+    body = error_json(response)
+    assert body["code"] == code
+    assert body["message"] == message
+    assert body["type"] in ("InternalServerException", "PredictionException")
+    uuid.UUID(response.headers["x-request-id"])
+
+
+async def test_unknown_model_and_version_are_404(jp_fetch: Fetch, jp_serverapp: Any) -> None:
+    await register(jp_serverapp)
+    missing = await fail(jp_fetch, "serve", "predictions", "InvalidModel", method="POST", body=b"")
+    assert missing.code == 404
+    assert error_json(missing) == {
+        "code": 404, "type": "ModelNotFoundException", "message": "Model not found: InvalidModel",
+    }  # fmt: skip
+    version = await fail(jp_fetch, "serve", "predictions", "probe", "1.3.1", method="POST",
+                         body=b"")  # fmt: skip
+    assert error_json(version) == {
+        "code": 404,
+        "type": "ModelVersionNotFoundException",
+        "message": "Model version: 1.3.1 does not exist for model: probe",
+    }
+    assert "x-request-id" in version.headers
+
+
+async def test_a_model_without_workers_is_503(jp_fetch: Fetch, jp_serverapp: Any) -> None:
+    await register(jp_serverapp, name="idle", workers=0)
+    response = await fail(jp_fetch, "serve", "predictions", "idle", method="POST", body=b"x")
+    assert response.code == 503
+    assert error_json(response) == {
+        "code": 503,
+        "type": "ServiceUnavailableException",
+        "message": 'Model "idle" has no worker to serve inference request. '
+        "Please use scale workers API to add workers.",
+    }
+
+
+async def test_oversized_body_is_413(jp_fetch: Fetch, jp_serverapp: Any) -> None:
+    await register(jp_serverapp)
+    response = await fail(jp_fetch, "serve", "predictions", "probe", method="POST",
+                          body=b"x" * (MAX_REQUEST_SIZE + 1))  # fmt: skip
+    assert response.code == 413
+    assert error_json(response)["code"] == 413
+    ok = await jp_fetch("serve", "predictions", "probe", method="POST",
+                        body=b"x" * MAX_REQUEST_SIZE)  # fmt: skip
+    assert ok.code == 200
+
+
+async def test_put_predicts_and_options_describes_the_model(
+    jp_fetch: Fetch, jp_serverapp: Any
+) -> None:
+    await register(jp_serverapp)
+    put = await jp_fetch(
+        "serve", "predictions", "probe", method="PUT", body=b"via put", headers=raw()
+    )
+    assert put.body == b"via put"
+    options = await jp_fetch("serve", "predictions", "probe", method="OPTIONS")
+    document = json.loads(options.body)
+    assert document["openapi"] == "3.0.1"
+    assert "/predictions/probe" in document["paths"]
+
+
+async def test_every_request_is_counted_in_the_metrics(jp_fetch: Fetch, jp_serverapp: Any) -> None:
+    await register(jp_serverapp)
+    await jp_fetch("serve", "predictions", "probe", method="POST", body=b"x")
+    await fail(jp_fetch, "serve", "predictions", "probe", method="POST", body=b"x",
+               headers={"X-Mode": "raise"})  # fmt: skip
+    metrics = jp_serverapp.web_app.settings["serve_metrics"]
+    host = {"Level": "Host", "Hostname": metrics.hostname}
+    labels = {"model_name": "probe", "model_version": "default", "hostname": metrics.hostname}
+    assert metrics.value("ts_inference_requests_total", labels) == 2
+    assert metrics.value("Requests2XX", host) == 1
+    assert metrics.value("Requests5XX", host) == 1
+
+
+@pytest.mark.parametrize("path", [("predictions", "probe", "1.0", "x"), ("explanations", "p")])
+async def test_inference_routes_refuse_requests_without_credentials(
+    jp_fetch: Fetch, path: tuple[str, ...]
+) -> None:
+    for method in ("POST", "GET", "OPTIONS"):
+        response = await fail(jp_fetch, "serve", *path, method=method,
+                              body=b"" if method == "POST" else None,
+                              headers={"Authorization": ""})  # fmt: skip
+        assert response.code == 403

@@ -1,0 +1,161 @@
+"""Tests for the KServe v1 / v2 (Open Inference Protocol) routes through jp_fetch."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from route_models import register, server_config
+from tornado.httpclient import HTTPClientError, HTTPResponse
+
+Fetch = Callable[..., Awaitable[HTTPResponse]]
+JSON = "application/json"
+
+
+@pytest.fixture
+def jp_server_config(tmp_path: Path) -> dict[str, Any]:
+    return server_config(tmp_path)
+
+
+async def post_json(fetch: Fetch, *path: str, data: Any, mode: str = "") -> Any:
+    headers = {"Content-Type": JSON, "X-Mode": mode}
+    response = await fetch("serve", *path, method="POST", body=json.dumps(data), headers=headers)
+    assert response.code == 200
+    return json.loads(response.body)
+
+
+async def test_v1_instances_are_batch_rows_and_come_back_as_predictions(
+    jp_fetch: Fetch, jp_serverapp: Any
+) -> None:
+    await register(jp_serverapp)
+    instances = [{"data": [1, 2]}, {"data": "text"}, 7]
+    body = await post_json(jp_fetch, "v1", "models", "probe:predict", data={"instances": instances})
+    assert body == {"predictions": [[1, 2], "text", 7]}
+    seen = await post_json(
+        jp_fetch, "v1", "models", "probe:explain", data={"instances": [{"data": 1}]}, mode="seen"
+    )
+    [row] = seen["explanations"]
+    assert row["explain"] == "True"
+    assert row["row"] == {"data": 1}
+
+
+async def test_v1_malformed_envelope_and_unknown_model(jp_fetch: Fetch, jp_serverapp: Any) -> None:
+    await register(jp_serverapp)
+    with pytest.raises(HTTPClientError) as bad:
+        await post_json(jp_fetch, "v1", "models", "probe:predict", data={"nope": 1})
+    assert bad.value.code == 400
+    with pytest.raises(HTTPClientError) as missing:
+        await post_json(jp_fetch, "v1", "models", "nobody:predict", data={"instances": []})
+    assert missing.value.code == 404
+
+
+async def test_v1_model_ready(jp_fetch: Fetch, jp_serverapp: Any) -> None:
+    await register(jp_serverapp)
+    await register(jp_serverapp, name="idle", workers=0)
+    ready = await jp_fetch("serve", "v1", "models", "probe")
+    assert json.loads(ready.body) == {"name": "probe", "ready": True}
+    idle = await jp_fetch("serve", "v1", "models", "idle")
+    assert json.loads(idle.body) == {"name": "idle", "ready": False}
+
+
+async def test_v2_infer_reshapes_inputs_and_flattens_outputs(
+    jp_fetch: Fetch, jp_serverapp: Any
+) -> None:
+    await register(jp_serverapp)
+    request = {
+        "id": "req-1",
+        "inputs": [
+            {"name": "input-0", "shape": [2, 2], "datatype": "INT64", "data": [1, 2, 3, 4]},
+            {"name": "input-1", "shape": [1], "datatype": "BYTES", "data": ["hello"]},
+            {"name": "input-2", "shape": [2], "datatype": "FP32", "data": [0.5, 1]},
+        ],
+    }
+    body = await post_json(jp_fetch, "v2", "models", "probe", "infer", data=request)
+    assert body == {
+        "id": "req-1",
+        "model_name": "probe",
+        "model_version": "1.0",
+        "outputs": [
+            {"name": "input-0", "shape": [4], "datatype": "INT64", "data": [1, 2, 3, 4]},
+            {"name": "input-1", "shape": [1], "datatype": "BYTES", "data": ["hello"]},
+            {"name": "input-2", "shape": [2], "datatype": "FP64", "data": [0.5, 1]},
+        ],
+    }
+
+
+async def test_v2_handler_sees_the_input_reshaped(jp_fetch: Fetch, jp_serverapp: Any) -> None:
+    await register(jp_serverapp)
+    tensor = {"name": "x", "shape": [2, 2], "datatype": "INT64", "data": [1, 2, 3, 4]}
+    response = await jp_fetch(
+        "serve", "v1", "models", "probe:predict", method="POST",
+        body=json.dumps({"instances": [tensor]}), headers={"Content-Type": JSON, "X-Mode": "seen"},
+    )  # fmt: skip
+    assert json.loads(response.body)["predictions"][0]["row"]["data"] == [1, 2, 3, 4]
+    body = await post_json(jp_fetch, "v2", "models", "probe", "infer",
+                           data={"inputs": [tensor]}, mode="seen")  # fmt: skip
+    uuid.UUID(body["id"])  # no "id" in the request: the request id answers
+    [output] = body["outputs"]
+    assert output["name"] == "x"
+    [seen] = output["data"]  # the probe's dict, as the only element of the flattened output
+    assert seen["row"]["data"] == [[1, 2], [3, 4]]
+    assert seen["keys"] == ["data", "datatype", "name", "shape"]
+
+
+async def test_v2_shape_mismatch_is_400(jp_fetch: Fetch, jp_serverapp: Any) -> None:
+    await register(jp_serverapp)
+    tensor = {"name": "x", "shape": [3], "datatype": "INT64", "data": [1, 2]}
+    with pytest.raises(HTTPClientError) as caught:
+        await post_json(jp_fetch, "v2", "models", "probe", "infer", data={"inputs": [tensor]})
+    assert caught.value.code == 400
+
+
+async def test_v2_server_routes(jp_fetch: Fetch, jp_serverapp: Any) -> None:
+    await register(jp_serverapp)
+    live = await jp_fetch("serve", "v2", "health", "live")
+    assert json.loads(live.body) == {"live": True}
+    ready = await jp_fetch("serve", "v2", "health", "ready")
+    assert json.loads(ready.body) == {"ready": True}
+    meta = json.loads((await jp_fetch("serve", "v2")).body)
+    assert meta["name"] == "Torchserve"
+    assert meta["extenstion"] == ["kserve", "kubeflow"]
+    model = json.loads((await jp_fetch("serve", "v2", "models", "probe")).body)
+    assert model["name"] == "probe"
+    assert model["versions"] == ["1.0"]
+    model_ready = json.loads((await jp_fetch("serve", "v2", "models", "probe", "ready")).body)
+    assert model_ready == {"name": "probe", "ready": True}
+
+
+async def test_v2_versioned_paths_are_501(jp_fetch: Fetch, jp_serverapp: Any) -> None:
+    with pytest.raises(HTTPClientError) as caught:
+        await jp_fetch("serve", "v2", "models", "probe", "versions", "1.0", "infer",
+                       method="POST", body=b"{}")  # fmt: skip
+    assert caught.value.code == 501
+    assert caught.value.response is not None
+    assert json.loads(caught.value.response.body) == {
+        "error": "Model versioning is not yet supported."
+    }
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("POST", ("v1", "models", "m:predict")),
+        ("GET", ("v1", "models", "m")),
+        ("POST", ("v2", "models", "m", "infer")),
+        ("GET", ("v2", "models", "m")),
+        ("GET", ("v2", "health", "live")),
+        ("GET", ("v2",)),
+        ("POST", ("v2", "models", "m", "versions", "1", "infer")),
+    ],
+)
+async def test_kserve_routes_refuse_requests_without_credentials(
+    jp_fetch: Fetch, method: str, path: tuple[str, ...]
+) -> None:
+    with pytest.raises(HTTPClientError) as caught:
+        await jp_fetch("serve", *path, method=method, body=b"{}" if method == "POST" else None,
+                       headers={"Authorization": ""})  # fmt: skip
+    assert caught.value.code == 403

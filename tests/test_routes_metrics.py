@@ -1,0 +1,52 @@
+"""Tests for the metrics route: TorchServe's Prometheus text after real requests."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from route_models import register, server_config
+from tornado.httpclient import HTTPClientError, HTTPResponse
+
+Fetch = Callable[..., Awaitable[HTTPResponse]]
+
+
+@pytest.fixture
+def jp_server_config(tmp_path: Path) -> dict[str, Any]:
+    return server_config(tmp_path)
+
+
+async def test_metrics_after_a_prediction_match_torchserve_text(
+    jp_fetch: Fetch, jp_serverapp: Any
+) -> None:
+    await register(jp_serverapp)
+    raw = {"Content-Type": "application/octet-stream"}
+    await jp_fetch("serve", "predictions", "probe", method="POST", body=b"x", headers=raw)
+    response = await jp_fetch("serve", "metrics")
+    assert response.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+    text = response.body.decode()
+    assert re.search(r'Requests2XX\{Level="Host",Hostname=".*",\} \d+\.\d+', text)  # postman
+    assert re.search(
+        r'ts_inference_requests_total\{model_name="probe",model_version="default",'
+        r'hostname=".*",\} 1\.0',
+        text,
+    )
+    assert "# TYPE ts_inference_requests_total counter" in text
+
+
+async def test_name_filter_selects_families(jp_fetch: Fetch) -> None:
+    response = await jp_fetch("serve", "metrics", params={"name[]": "Requests2XX"})  # one name
+    text = response.body.decode()
+    assert "# TYPE Requests2XX counter" in text
+    assert "ts_inference_requests_total" not in text
+    names = set(re.findall(r"^# TYPE (\S+)", text, re.M))
+    assert names == {"Requests2XX"}
+
+
+async def test_metrics_refuse_requests_without_credentials(jp_fetch: Fetch) -> None:
+    with pytest.raises(HTTPClientError) as caught:
+        await jp_fetch("serve", "metrics", headers={"Authorization": ""})
+    assert caught.value.code == 403
