@@ -1,7 +1,134 @@
-"""Management routes: list, register, describe, scale, unregister, set-default."""
+"""Management routes: list, register, describe, scale, unregister, set-default.
+
+TorchServe's management API (contract §1.3) under `{base_url}serve/`:
+
+* ``GET models`` (limit, next_page_token) and ``POST models`` (register, from
+  query args or a JSON body; see `params`);
+* ``GET models/{m}[/{v}|/all]`` describe (``customized=true`` asks a worker for
+  the handler's `describe_handle()`), ``PUT models/{m}[/{v}]`` scale,
+  ``DELETE models/{m}[/{v}]`` unregister (a trailing slash is accepted);
+* ``PUT models/{m}/{v}/set-default``.
+
+Register and unregister answer 405 when `ServeApp.enable_model_api` is off.
+State changes answer `{"status": message}` with the registry's status.
+"""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-ROUTES: list[tuple[str, type[Any]]] = []
+from tornado import web
+
+from ..errors import MethodNotAllowed, ServeError
+from ..protocol import InferenceRequest
+from .base import ServeRoute
+from .params import (
+    Args,
+    bool_arg,
+    check_min_worker,
+    json_args,
+    page_args,
+    query_args,
+    register_args,
+    scale_args,
+)
+from .requests import new_request_id
+
+MODEL_API_DISABLED = "Requested method is not allowed, please refer to API document."
+JSON_TYPE = "application/json"
+
+
+class ManagementRoute(ServeRoute):
+    """Shared helpers of the management routes."""
+
+    def query(self) -> dict[str, str]:
+        return query_args(self.request.query_arguments)
+
+    def body_or_query(self) -> Args:
+        """A JSON body's keys when the request carries one, else the query args."""
+        content_type = self.request.headers.get("Content-Type", "")
+        is_json = content_type.split(";", 1)[0].strip().lower() == JSON_TYPE
+        if is_json and self.request.body.strip():
+            return json_args(self.request.body)
+        return self.query()
+
+    def check_model_api(self) -> None:
+        """Register and unregister are off unless `ServeApp.enable_model_api`."""
+        if not self.settings["serve_app"].enable_model_api:
+            raise MethodNotAllowed(MODEL_API_DISABLED)
+
+    def write_status(self, outcome: tuple[int, str]) -> None:
+        status, message = outcome
+        self.write_json({"status": message}, status)
+
+
+class ModelsRoute(ManagementRoute):
+    """`GET models` lists the models; `POST models` registers one."""
+
+    @web.authenticated
+    def get(self) -> None:
+        limit, token = page_args(self.query())
+        self.write_json(self.registry.list_models(limit, token))
+
+    @web.authenticated
+    async def post(self) -> None:
+        self.check_model_api()
+        args = register_args(self.body_or_query())
+        outcome = await self.registry.register(args.url, args.params, synchronous=args.synchronous)
+        self.write_status(outcome)
+
+
+class ModelRoute(ManagementRoute):
+    """`models/{m}[/{v}]`: GET describes, PUT scales, DELETE unregisters."""
+
+    @web.authenticated
+    async def get(self, name: str, version: str | None = None) -> None:
+        described = self.registry.describe(name, version)
+        if version != "all" and bool_arg(self.query(), "customized", False):
+            described[0]["customizedMetadata"] = await self._customized(name, version)
+        self.write_json(described)
+
+    @web.authenticated
+    async def put(self, name: str, version: str | None = None) -> None:
+        args = scale_args(self.query(), version)
+        self.registry.get(name, args.version)  # an unknown model is a 404 first
+        check_min_worker(args.min_worker)
+        outcome = await self.registry.scale(
+            name, args.version, args.min_worker, args.max_worker, args.synchronous
+        )
+        self.write_status(outcome)
+
+    @web.authenticated
+    async def delete(self, name: str, version: str | None = None) -> None:
+        self.check_model_api()  # synchronous and timeout are accepted and ignored
+        self.write_status(await self.registry.unregister(name, version))
+
+    async def _customized(self, name: str, version: str | None) -> Any:
+        """The handler's describe answer: parsed JSON when it parses, else the text."""
+        model = self.registry.get(name, version)
+        headers = dict(self.request.headers.get_all())
+        request = InferenceRequest(new_request_id(), headers, ())
+        result = await model.pool.predict_one(request, command="describe")
+        text = bytes(result.body).decode("utf-8", "replace")
+        if result.status >= 400:
+            raise ServeError(result.reason or text, status_code=result.status)
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+
+
+class SetDefaultRoute(ManagementRoute):
+    """`PUT models/{m}/{v}/set-default`: the version unversioned routes use."""
+
+    @web.authenticated
+    def put(self, name: str, version: str) -> None:
+        self.write_status(self.registry.set_default(name, version))
+
+
+ROUTES: list[tuple[str, type[Any]]] = [
+    (r"models/?", ModelsRoute),
+    (r"models/([^/]+)/([^/]+)/set-default/?", SetDefaultRoute),
+    (r"models/([^/]+)(?:/([^/]+))?/?", ModelRoute),
+]

@@ -1,0 +1,162 @@
+"""Tests for jupyter_serve.routes.params: TorchServe's lenient management-parameter parsing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from jupyter_serve.errors import BadRequest, ServeError
+from jupyter_serve.models import RegisterParams
+from jupyter_serve.routes.params import (
+    bool_arg,
+    check_min_worker,
+    int_arg,
+    json_args,
+    optional_int,
+    page_args,
+    query_args,
+    register_args,
+    scale_args,
+)
+
+
+def test_query_args_take_the_first_value_of_each_name() -> None:
+    assert query_args({"url": [b"a.mar", b"b.mar"], "limit": [b"2"], "none": []}) == {
+        "url": "a.mar",
+        "limit": "2",
+    }
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("12", 12), ("-3", -3), ("+4", 4), (7, 7), ("dd", None), ("1.5", None), ("", None),
+     (" 5", None), ("5_0", None), (True, None), (2.0, None), (None, None)],
+)  # fmt: skip
+def test_integers_parse_as_java_parse_int_or_count_as_not_given(value: Any, expected: Any) -> None:
+    assert optional_int({"n": value}, "n") == expected
+    assert int_arg({"n": value}, "n", 99) == (99 if expected is None else expected)
+
+
+@pytest.mark.parametrize(
+    ("value", "default", "expected"),
+    [("true", False, True), ("TRUE", False, True), ("false", True, False), ("-1", True, False),
+     ("nan", True, False), ("", True, False), (True, False, True), (False, True, False),
+     (None, True, True), (1, False, False)],
+)  # fmt: skip
+def test_booleans_follow_java_parse_boolean(value: Any, default: bool, expected: bool) -> None:
+    assert bool_arg({"b": value}, "b", default) is expected
+
+
+def test_absent_boolean_takes_the_default() -> None:
+    assert bool_arg({}, "synchronous", True) is True
+    assert bool_arg({}, "synchronous", False) is False
+
+
+def test_register_defaults_are_torchserve_defaults() -> None:
+    args = register_args({"url": "echo.mar"})
+    assert args.url == "echo.mar"
+    assert args.synchronous is True
+    assert args.params == RegisterParams()
+
+
+def test_register_reads_every_parameter() -> None:
+    args = register_args(
+        {"url": "x.mar", "model_name": "m", "handler": "h:fn", "runtime": "python3",
+         "batch_size": "4", "max_batch_delay": 250, "initial_workers": "2",
+         "response_timeout": "30", "startup_timeout": "0", "synchronous": "false",
+         "s3_sse_kms": "false"}
+    )  # fmt: skip
+    assert args.synchronous is False
+    assert args.params == RegisterParams(
+        model_name="m", handler="h:fn", runtime="python3", batch_size=4,
+        max_batch_delay_ms=250, initial_workers=2, response_timeout=30, startup_timeout=0,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "field", "expected"),
+    [("batch_size", "dd", "batch_size", None), ("batch_size", "0", "batch_size", None),
+     ("max_batch_delay", "junk", "max_batch_delay_ms", None),
+     ("max_batch_delay", "-1", "max_batch_delay_ms", None),
+     ("max_batch_delay", "0", "max_batch_delay_ms", 0),
+     ("initial_workers", "-1", "initial_workers", 0),
+     ("initial_workers", "x", "initial_workers", None),
+     ("response_timeout", "0", "response_timeout", None),
+     ("response_timeout", "-1", "response_timeout", None),
+     ("startup_timeout", "-1", "startup_timeout", None),
+     ("model_name", "", "model_name", None), ("handler", "", "handler", None)],
+)  # fmt: skip
+def test_register_sentinels_and_junk_fall_back_to_defaults(
+    name: str, value: str, field: str, expected: Any
+) -> None:
+    params = register_args({"url": "x.mar", name: value}).params
+    assert getattr(params, field) == expected
+
+
+def test_register_without_url_is_a_bad_request() -> None:
+    with pytest.raises(BadRequest, match=r"^Parameter url is required\.$"):
+        register_args({"model_name": "m"})
+
+
+def test_register_keeps_an_empty_url_for_the_registry_to_refuse() -> None:
+    assert register_args({"url": ""}).url == ""
+
+
+@pytest.mark.parametrize("runtime", ["python4", "", "Python"])
+def test_register_refuses_unknown_runtimes(runtime: str) -> None:
+    with pytest.raises(BadRequest) as caught:
+        register_args({"url": "x.mar", "runtime": runtime})
+    assert caught.value.message == f"Invalid RuntimeType value: {runtime}"
+
+
+@pytest.mark.parametrize("runtime", ["python", "python3", "LSP"])
+def test_register_accepts_torchserve_runtimes(runtime: str) -> None:
+    assert register_args({"url": "x.mar", "runtime": runtime}).params.runtime == runtime
+
+
+def test_json_args_need_an_object() -> None:
+    assert json_args(b'{"url": "x.mar", "batch_size": 2}') == {"url": "x.mar", "batch_size": 2}
+    with pytest.raises(BadRequest, match="must be an object"):
+        json_args(b'["x.mar"]')
+    with pytest.raises(BadRequest, match="Invalid JSON body"):
+        json_args(b"{not json")
+    with pytest.raises(BadRequest, match="Invalid JSON body"):
+        json_args(b"\xff\xfe")
+
+
+def test_scale_defaults_min_one_max_min_asynchronous() -> None:
+    args = scale_args({}, None)
+    assert (args.version, args.min_worker, args.max_worker, args.synchronous) == (None, 1, 1, False)
+    args = scale_args({"min_worker": "3", "synchronous": "true"}, "2.0")
+    assert (args.version, args.min_worker, args.max_worker, args.synchronous) == ("2.0", 3, 3, True)
+
+
+def test_scale_ignores_junk_counts_timeout_and_gpus() -> None:
+    args = scale_args(
+        {"min_worker": "nan", "max_worker": "x", "synchronous": "Nan", "timeout": "0",
+         "number_gpu": "10"}, None
+    )  # fmt: skip
+    assert (args.min_worker, args.max_worker, args.synchronous) == (1, 1, False)
+
+
+def test_scale_reads_model_version_from_the_query_only_without_a_path_version() -> None:
+    assert scale_args({"model_version": "2.0"}, None).version == "2.0"
+    assert scale_args({"model_version": "2.0"}, "1.0").version == "1.0"
+
+
+def test_negative_min_worker_is_an_internal_error_as_in_torchserve() -> None:
+    check_min_worker(0)
+    with pytest.raises(ServeError) as caught:
+        check_min_worker(-1)
+    assert type(caught.value) is ServeError
+    assert caught.value.status_code == 500
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [({}, (100, 0)), ({"limit": "", "next_page_token": ""}, (100, 0)),
+     ({"limit": "1", "next_page_token": "12"}, (1, 12)), ({"limit": "-1"}, (-1, 0))],
+)  # fmt: skip
+def test_page_args_default_to_100_and_0(args: dict[str, str], expected: tuple[int, int]) -> None:
+    assert page_args(args) == expected
