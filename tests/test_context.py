@@ -108,3 +108,13 @@ def test_request_processor_can_be_replaced_as_in_torchserve() -> None:
 def test_unknown_request_index_raises() -> None:
     with pytest.raises(IndexError):
         batch_context().get_request_header(2, "a")
+
+
+def test_request_headers_are_found_in_any_letter_case() -> None:
+    ctx = Context("m", "/d", {"model": {}}, 1, None, "1").with_requests(
+        ["id"], [{"X-Mode": "fast", "content-type": "text/plain", "x-mode": "exact"}]
+    )
+    assert ctx.get_request_header(0, "x-mode") == "exact"  # an exact match wins
+    assert ctx.get_request_header(0, "X-MODE") == "fast"
+    assert ctx.get_request_header(0, "Content-Type") == "text/plain"
+    assert ctx.get_request_header(0, "x-missing") is None

@@ -36,7 +36,15 @@ class RequestProcessor:
         self._response_header: dict[str, str] = {}
 
     def get_request_property(self, key: str) -> Any:
-        return self._request_header.get(key)
+        """The header `key`; HTTP header names are case-insensitive, so `Content-Type`,
+        `content-type` and tornado's title-cased names all find the same value."""
+        if key in self._request_header:
+            return self._request_header[key]
+        folded = key.lower()
+        for name, value in self._request_header.items():
+            if name.lower() == folded:
+                return value
+        return None
 
     def get_request_properties(self) -> dict[str, Any]:
         return self._request_header
