@@ -71,6 +71,7 @@ def test_a_serving_model_shows_workers_queue_and_live_figures() -> None:
     assert "2XX 7 · 4XX 1 · 5XX 0" in dashboard.banner.value
     card = card_of(dashboard)
     assert "<b>mnist</b> version 1.0 · Healthy · batch size 8" in card.header.value
+    assert "(default)" not in card.header.value
     assert card.state.value == ""  # serving: neither loading nor failed
     assert card.workers.value.count("<tr>") == 3  # head + 2 workers
     for text in ("4242", "300 MiB", "gpu", "utilization.gpu::40 %"):
@@ -78,6 +79,11 @@ def test_a_serving_model_shows_workers_queue_and_live_figures() -> None:
     for text in ("3 pending", "12.50 req/s", "p50 <b>4.0 ms", "p99 <b>9.5 ms", "75%", "<polyline"):
         assert text in card.stats.value
     assert card.workers_input.value == 2
+
+
+def test_the_default_version_is_marked() -> None:
+    dashboard = render_snapshot(snapshot(model(is_default=True)))
+    assert "version 1.0 (default) · Healthy" in card_of(dashboard).header.value
 
 
 def test_unknown_figures_show_a_dash_and_empty_history_says_no_data() -> None:

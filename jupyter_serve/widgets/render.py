@@ -46,7 +46,8 @@ def header_html(model: ModelView) -> str:
     """Name, version, health, batch size and worker bounds."""
     return (
         f'<div class="jupyter-serve-model"><b>{html.escape(model.name)}</b> '
-        f"version {html.escape(model.version)} · {html.escape(model.status or '?')} · "
+        f"version {html.escape(model.version)}{' (default)' if model.is_default else ''} · "
+        f"{html.escape(model.status or '?')} · "
         f"batch size {model.batch_size} · workers {model.min_workers} to {model.max_workers}</div>"
     )
 

@@ -11,6 +11,9 @@ dashboard works against TorchServe as well as jupyter_serve:
   Prometheus text, read for the counters `ts_inference_requests_total`,
   `ts_inference_latency_microseconds` and `Requests2XX/4XX/5XX`.
 
+Requests that name no version are labelled `model_version="default"` (as
+TorchServe does); they are credited to the model's default version, which is
+the only version or the one `GET models/{name}` describes.
 Rates, percentiles and plots are derived from successive snapshots in `trends`.
 A describe object may carry a load failure (`loadError`, `error` or `lastError`);
 the dashboard shows its text. Nothing here imports ipywidgets.
@@ -20,9 +23,9 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from ..client import ServeClientError
 from . import prometheus
@@ -37,6 +40,7 @@ __all__ = [
     "Trend",
     "WorkerView",
     "fetch_snapshot",
+    "fold_default",
     "model_view",
     "parse_metrics",
 ]
@@ -88,6 +92,7 @@ class ModelView:
     pending: int = 0
     remaining_capacity: int = 0
     error: str | None = None
+    is_default: bool = False
 
     @property
     def key(self) -> ModelKey:
@@ -167,6 +172,8 @@ def fetch_snapshot(
     models = tuple(view for name in _model_names(client) for view in _describe(client, name))
     metrics = client.request("GET", "metrics", params={"format": "json"}).body
     totals, stats, responses = parse_metrics(metrics)
+    totals = fold_default(totals, models, _add_totals)
+    stats = fold_default(stats, models, lambda a, b: max(a, b, key=lambda s: s.requests))
     current = DashboardSnapshot(clock(), models, totals, stats, responses)
     return advance(previous, current)
 
@@ -190,7 +197,42 @@ def _describe(client: SnapshotSource, name: str) -> list[ModelView]:
         if error.status == 404:  # unregistered between the list and the describe
             return []
         raise
-    return [model_view(entry) for entry in entries if isinstance(entry, dict)]
+    views = [model_view(entry) for entry in entries if isinstance(entry, dict)]
+    default = views[0].version if len(views) == 1 else _default_version(client, name)
+    return [replace(view, is_default=view.version == default) for view in views]
+
+
+def _default_version(client: SnapshotSource, name: str) -> str | None:
+    """The version unversioned requests go to: what `GET models/{name}` describes."""
+    try:
+        entries = client.describe(name)
+    except ServeClientError:
+        return None
+    first = entries[0] if entries and isinstance(entries[0], dict) else {}
+    return str(first.get("modelVersion") or "") or None
+
+
+V = TypeVar("V")
+
+
+def fold_default(
+    values: Mapping[ModelKey, V], models: Sequence[ModelView], merge: Callable[[V, V], V]
+) -> dict[ModelKey, V]:
+    """Credit figures labelled version "default" (requests that named no version, as
+    TorchServe labels them) to the model's default version, merged with its own."""
+    folded = {key: value for key, value in values.items() if key[1] != "default"}
+    defaults = {model.name: model.key for model in models if model.is_default}
+    for (name, version), value in values.items():
+        target = defaults.get(name) if version == "default" else None
+        if target is None:
+            folded.setdefault((name, version), value)
+        else:
+            folded[target] = merge(folded[target], value) if target in folded else value
+    return folded
+
+
+def _add_totals(a: Totals, b: Totals) -> Totals:
+    return Totals(a.requests + b.requests, a.latency_us + b.latency_us)
 
 
 def model_view(entry: Mapping[str, Any]) -> ModelView:

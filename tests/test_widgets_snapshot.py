@@ -1,0 +1,203 @@
+"""fetch_snapshot: TorchServe's describe and metrics answers turned into a DashboardSnapshot.
+
+Unit tests use a fake client; one test reads a real server with a real worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from route_models import register, server_config
+
+from jupyter_serve.client import Response, ServeClient, ServeClientError, ServerInfo
+from jupyter_serve.widgets.dashboard import ClientActions, ModelDashboard
+from jupyter_serve.widgets.snapshot import (
+    DashboardSnapshot,
+    ModelView,
+    Totals,
+    fetch_snapshot,
+    model_view,
+    parse_metrics,
+)
+
+WORKER = {
+    "id": "9000",
+    "startTime": "2024-01-01T00:00:00.000Z",
+    "status": "READY",
+    "memoryUsage": 1048576,
+    "pid": 77,
+    "gpu": False,
+    "gpuUsage": "N/A",
+}
+METRICS = (
+    'ts_inference_requests_total{model_name="a",model_version="1.0",hostname="h"} 4.0\n'
+    'ts_inference_latency_microseconds{model_name="a",model_version="1.0",hostname="h"} 8000.0\n'
+    'Requests2XX{Level="Host",Hostname="h"} 4.0\n'
+)
+
+
+def describe(name: str, version: str = "1.0", **extra: Any) -> dict[str, Any]:
+    return {
+        "modelName": name,
+        "modelVersion": version,
+        "minWorkers": 1,
+        "maxWorkers": 1,
+        "batchSize": 4,
+        "status": "Healthy",
+        "workers": [WORKER],
+        "jobQueueStatus": {"remainingCapacity": 99, "pendingRequests": 1},
+        **extra,
+    }
+
+
+class FakeClient:
+    """Two pages of models; `gone` was unregistered between the list and the describe."""
+
+    def __init__(self, metrics: str = METRICS) -> None:
+        self.metrics = metrics
+        self.pages: list[Any] = []
+        self.described: list[tuple[str, str | None]] = []
+
+    def request_json(self, method: str, path: str, **kwargs: Any) -> Any:
+        token = kwargs["params"]["next_page_token"]
+        self.pages.append(token)
+        if token == "0":
+            return {"models": [{"modelName": "a"}, {"modelName": "gone"}], "nextPageToken": "2"}
+        return {"models": [{"modelName": "b"}]}
+
+    def describe(self, name: str, version: str | None = None, **params: Any) -> list[Any]:
+        self.described.append((name, version))
+        if name == "gone":
+            raise ServeClientError(404, "ModelNotFoundException", "Model not found: gone")
+        if name == "a":
+            return [describe(name)]
+        return (
+            [describe(name, "2")] if version is None else [describe(name, "1"), describe(name, "2")]
+        )
+
+    def request(self, method: str, path: str, *, params: Mapping[str, Any] | None = None) -> Any:
+        assert (method, path, params) == ("GET", "metrics", {"format": "json"})
+        return Response(200, {}, self.metrics.encode())
+
+
+def test_fetch_reads_every_page_and_every_version() -> None:
+    client = FakeClient()
+    snapshot = fetch_snapshot(client, clock=lambda: 5.0)
+    assert client.pages == ["0", "2"]
+    assert [m.key for m in snapshot.models] == [("a", "1.0"), ("b", "1"), ("b", "2")]
+    assert [m.is_default for m in snapshot.models] == [True, False, True]
+    assert client.described == [("a", "all"), ("gone", "all"), ("b", "all"), ("b", None)]
+    assert snapshot.taken_at == 5.0
+    assert snapshot.totals == {("a", "1.0"): Totals(4.0, 8000.0)}
+    assert snapshot.responses == {"2XX": 4, "4XX": 0, "5XX": 0}
+    assert set(snapshot.trends) == {("a", "1.0"), ("b", "1"), ("b", "2")}
+
+
+def test_fetch_derives_trends_against_the_previous_snapshot() -> None:
+    client = FakeClient()
+    first = fetch_snapshot(client, clock=lambda: 1.0)
+    client.metrics = METRICS.replace(" 4.0\n", " 8.0\n", 1).replace("8000.0", "28000.0")
+    second = fetch_snapshot(client, first, clock=lambda: 3.0)
+    trend = second.trends[("a", "1.0")]
+    assert trend.throughput_rps == pytest.approx(2.0)
+    assert trend.p50_ms == pytest.approx(5.0)
+
+
+def test_unversioned_requests_count_for_the_default_version() -> None:
+    unversioned = (
+        'ts_inference_requests_total{model_name="b",model_version="default",hostname="h"} 2\n'
+        'ts_inference_requests_total{model_name="b",model_version="2",hostname="h"} 3\n'
+        'ts_inference_requests_total{model_name="b",model_version="1",hostname="h"} 5\n'
+        'ts_inference_requests_total{model_name="old",model_version="default",hostname="h"} 1\n'
+    )
+    snapshot = fetch_snapshot(FakeClient(unversioned))
+    requests = {key: totals.requests for key, totals in snapshot.totals.items()}
+    assert requests == {("b", "2"): 5.0, ("b", "1"): 5.0, ("old", "default"): 1.0}
+
+
+def test_other_describe_errors_propagate() -> None:
+    class Broken(FakeClient):
+        def describe(self, name: str, version: str | None = None, **params: Any) -> list[Any]:
+            raise ServeClientError(500, "InternalServerException", "boom")
+
+    with pytest.raises(ServeClientError):
+        fetch_snapshot(Broken())
+
+
+def test_model_view_reads_torchserve_keys_and_a_load_error() -> None:
+    gpu_worker = {**WORKER, "gpu": True, "gpuUsage": "gpuId::0 utilization.gpu [%]::3 %"}
+    view = model_view(describe("m", workers=[gpu_worker], loadError="ImportError: torchvision"))
+    assert view.workers[0].device == "gpu"
+    assert view.workers[0].pid == 77
+    assert view.workers[0].memory_bytes == 1048576
+    assert (view.pending, view.remaining_capacity, view.batch_size) == (1, 99, 4)
+    assert view.error == "ImportError: torchvision"
+    assert not view.loading  # a failure is not "loading"
+    sparse = model_view({"modelName": "x", "modelVersion": None, "batchSize": "?"})
+    assert sparse == ModelView("x", "default", batch_size=1)
+
+
+def test_parse_metrics_prefers_the_servers_json_snapshot() -> None:
+    body = {
+        "hostname": "h",
+        "requests": {"2XX": 3, "4XX": 1, "5XX": 0},
+        "models": [
+            {
+                "model_name": "a",
+                "model_version": "1.0",
+                "requests": 4,
+                "latency_ms": {"p50": 2.5, "p99": 9.0},
+                "batch_fill": 0.25,
+                "throughput_rps": 0.5,
+            }
+        ],
+    }
+    totals, stats, responses = parse_metrics(json.dumps(body).encode())
+    assert totals == {}
+    assert responses == {"2XX": 3, "4XX": 1, "5XX": 0}
+    figures = stats[("a", "1.0")]
+    assert (figures.p50_ms, figures.p99_ms, figures.batch_fill) == (2.5, 9.0, 0.25)
+    assert parse_metrics(METRICS)[0] == {("a", "1.0"): Totals(4.0, 8000.0)}
+
+
+# ---- against a real server ---------------------------------------------------
+
+
+@pytest.fixture
+def jp_server_config(tmp_path: Path) -> dict[str, Any]:
+    return server_config(tmp_path)
+
+
+@pytest.fixture
+def client(jp_serverapp: Any, http_server_client: Any, jp_http_port: int, jp_base_url: str) -> Any:
+    token = jp_serverapp.identity_provider.token
+    return ServeClient(
+        ServerInfo(f"http://localhost:{jp_http_port}{jp_base_url}", token), timeout=30
+    )
+
+
+async def test_a_real_server_with_a_real_worker(jp_serverapp: Any, client: ServeClient) -> None:
+    await register(jp_serverapp, "probe", "1.0", workers=1)
+    first: DashboardSnapshot = await asyncio.to_thread(fetch_snapshot, client)
+    for body in ("one", "two"):
+        await asyncio.to_thread(client.predict, "probe", body)
+    second = await asyncio.to_thread(fetch_snapshot, client, first)
+    (model,) = second.models
+    assert model.key == ("probe", "1.0")
+    assert [w.status for w in model.workers] == ["READY"]
+    assert model.workers[0].pid > 0
+    assert not model.loading
+    assert second.responses["2XX"] >= 2
+    assert second.trends[model.key].throughput_rps is not None
+    assert second.trends[model.key].throughput_rps > 0
+    dashboard = ModelDashboard(start=False)
+    dashboard.update(second)
+    assert str(model.workers[0].pid) in dashboard.cards[model.key].workers.value
+    answer = await asyncio.to_thread(ClientActions(client).unregister, "probe", "1.0")
+    assert answer == 'Model "probe" unregistered'
+    assert (await asyncio.to_thread(fetch_snapshot, client)).models == ()
