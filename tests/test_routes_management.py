@@ -33,7 +33,8 @@ def handle(data, context):
     if _header(context, "describe") == "True":
         if _header(context, "x-describe-as") == "text":
             return ["plain words"]
-        return [{"handler": "echo", "asked_by": _header(context, "x-asked-by")}]
+        asked_by = _header(context, "x-asked-by")
+        return [{"handler": "echo", "asked_by": asked_by, "id": context.get_request_id(0)}]
     return [row.get("body") for row in data]
 """
 BROKEN = "def handle(data, context):\n    raise RuntimeError('cannot load')\n"
@@ -451,7 +452,11 @@ async def test_customized_describe_asks_the_handler(
         "serve", "models", "echo", params={"customized": "true"}, headers={"X-Asked-By": "me"}
     )
     [model] = json.loads(response.body)
-    assert model["customizedMetadata"] == {"handler": "echo", "asked_by": "me"}
+    assert model["customizedMetadata"] == {
+        "handler": "echo",
+        "asked_by": "me",
+        "id": response.headers["x-request-id"],
+    }
     assert set(model) >= DESCRIBE_KEYS
     response = await jp_fetch(
         "serve", "models", "echo", "1.0", params={"customized": "TRUE"},

@@ -33,7 +33,6 @@ from .params import (
     register_args,
     scale_args,
 )
-from .requests import new_request_id
 
 MODEL_API_DISABLED = "Requested method is not allowed, please refer to API document."
 JSON_TYPE = "application/json"
@@ -105,10 +104,13 @@ class ModelRoute(ManagementRoute):
         self.write_status(await self.registry.unregister(name, version))
 
     async def _customized(self, name: str, version: str | None) -> Any:
-        """The handler's describe answer: parsed JSON when it parses, else the text."""
+        """The handler's describe answer: parsed JSON when it parses, else the text.
+
+        The job carries this response's `x-request-id` and the request's headers.
+        """
         model = self.registry.get(name, version)
         headers = dict(self.request.headers.get_all())
-        request = InferenceRequest(new_request_id(), headers, ())
+        request = InferenceRequest(self.request_id, headers, ())
         result = await model.pool.predict_one(request, command="describe")
         text = bytes(result.body).decode("utf-8", "replace")
         if result.status >= 400:
