@@ -9,7 +9,8 @@
                         [--workers N] [--handler H]
     %serve scale NAME --min N [--max M] [--version V]
     %serve unregister NAME [--version V]         %serve list      %serve describe NAME
-    %serve predict NAME [DATA | --file F | --json J]   (explain: the same arguments)
+    %serve predict NAME [DATA | --file F | --json J]   (explain: the same, drawn)
+    %serve dashboard [--interval S]
 
 The handler cell is written to a file and runs from that file: notebook
 variables are NOT visible to it (workers are separate processes).
@@ -91,6 +92,8 @@ def _serve_parser() -> _Parser:
             command.add_argument("--min", type=int, required=True)
             command.add_argument("--max", type=int)
     sub.add_parser("list")
+    dashboard = sub.add_parser("dashboard")
+    dashboard.add_argument("--interval", type=float, default=2.0)
     return p
 
 
@@ -208,8 +211,20 @@ class ServeMagics(Magics):
         result = InferenceResult("", answer.status, answer.body, answer.headers.get("Content-Type"))
         show_result(result)
 
-    def _serve_explain(self, args: argparse.Namespace) -> None:
-        self._serve_predict(args, explain=True)
+    def _serve_explain(self, args: argparse.Namespace) -> Any:
+        """The explanation, drawn by the viewer (heatmap, coloured tokens or bars)."""
+        from .widgets import show_explanation
+
+        body, content_type = request_body(args)
+        answer = self.client.predict(args.name, body, content_type=content_type, explain=True)
+        image = body if content_type == "application/octet-stream" else None
+        return show_explanation(answer.body, image=image)
+
+    def _serve_dashboard(self, args: argparse.Namespace) -> Any:
+        """A live dashboard of the server's models (polls on the kernel's event loop)."""
+        from .widgets import ModelDashboard
+
+        return ModelDashboard(self.client, interval=args.interval)
 
     def _serve_register(self, args: argparse.Namespace) -> None:
         answer = self.client.register(

@@ -158,3 +158,24 @@ async def test_serve_connect_reaches_a_real_server(
     url = f"http://localhost:{jp_http_port}{jp_base_url}"
     await asyncio.to_thread(shell.run_line_magic, "serve", f"connect {url} --token {token}")
     assert "Healthy" in capsys.readouterr().out
+
+
+async def test_serve_dashboard_polls_the_connected_server_until_closed(
+    shell: InteractiveShell,
+    jp_serverapp: Any,
+    http_server_client: Any,
+    jp_http_port: int,
+    jp_base_url: str,
+) -> None:
+    from jupyter_serve.widgets import ModelDashboard
+
+    token = jp_serverapp.identity_provider.token
+    url = f"http://localhost:{jp_http_port}{jp_base_url}"
+    await asyncio.to_thread(shell.run_line_magic, "serve", f"connect {url} --token {token}")
+    dashboard = shell.run_line_magic("serve", "dashboard --interval 3600")
+    assert isinstance(dashboard, ModelDashboard)
+    assert dashboard.poller.running
+    dashboard.close()
+    assert dashboard.poller.task is not None
+    await asyncio.wait([dashboard.poller.task])
+    assert not dashboard.poller.running
