@@ -1,0 +1,155 @@
+"""`jupyter serve` in a subprocess for end-to-end tests: start it, wait on its log, stop it.
+
+`ServeProcess` runs the installed `jupyter serve` with a free port, a known token
+and a private workdir/root, reads its stderr in a thread, and lets tests block
+until a log line appears (`wait_for`) instead of polling. `client()` is an httpx
+client for `{url}serve/` with the token. `worker_pids()` lists the server's
+worker subprocesses (children running `jupyter_serve.worker`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+TOKEN = "e2e-secret-token"
+STARTED = "is running at"  # jupyter_server's line once it listens
+MODELS_UP = "startup models serving"  # ServeApp's line once startup models serve
+WAIT = 120.0  # seconds; only a guard against a server that never logs the line
+
+
+def jupyter_command() -> list[str]:
+    """`jupyter` of this environment (the venv's `bin/jupyter`)."""
+    local = Path(sys.executable).parent / "jupyter"
+    return [str(local)] if local.exists() else [shutil.which("jupyter") or "jupyter"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class ServeProcess:
+    """One `jupyter serve` subprocess."""
+
+    def __init__(self, root: Path, args: Sequence[str] = (), workdir: Path | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/"
+        self.lines: list[str] = []
+        self._changed = threading.Condition()
+        argv = [
+            *jupyter_command(),
+            "serve",
+            f"--port={self.port}",
+            "--ip=127.0.0.1",
+            f"--IdentityProvider.token={TOKEN}",
+            f"--ServerApp.root_dir={root}",
+            f"--ServeApp.workdir={workdir or root / 'work'}",
+            "--no-browser",
+            *args,
+        ]
+        env = {
+            **os.environ,
+            "JUPYTER_CONFIG_DIR": str(root / ".jupyter-config"),  # no user config
+            "JUPYTER_DATA_DIR": str(root / ".jupyter-data"),
+            "JUPYTER_RUNTIME_DIR": str(root / ".jupyter-runtime"),
+        }
+        self.process = subprocess.Popen(
+            argv, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            with self._changed:
+                self.lines.append(line.rstrip("\n"))
+                self._changed.notify_all()
+        with self._changed:
+            self.lines.append("<stderr closed>")
+            self._changed.notify_all()
+
+    def log(self) -> str:
+        with self._changed:
+            return "\n".join(self.lines)
+
+    def wait_for(self, text: str, count: int = 1) -> None:
+        """Block until `count` log lines contain `text`; fail if the server exits first."""
+
+        def seen() -> bool:
+            found = sum(text in line for line in self.lines)
+            return found >= count or (self.lines[-1:] == ["<stderr closed>"])
+
+        with self._changed:
+            self._changed.wait_for(seen, timeout=WAIT)
+            found = sum(text in line for line in self.lines)
+        assert found >= count, f"server never logged {text!r}:\n{self.log()}"
+
+    def start(self, *, models: int = 0) -> ServeProcess:
+        """Wait until the server listens (and `models` startup lines were logged)."""
+        self.wait_for(STARTED)
+        if models:
+            self.wait_for(MODELS_UP, models)
+        return self
+
+    def client(self, **kw: Any) -> httpx.Client:
+        headers = {"Authorization": f"token {TOKEN}"}
+        return httpx.Client(base_url=f"{self.url}serve/", headers=headers, timeout=WAIT, **kw)
+
+    def worker_pids(self) -> list[int]:
+        children = psutil.Process(self.process.pid).children()
+        return sorted(c.pid for c in children if "jupyter_serve.worker" in " ".join(c.cmdline()))
+
+    def send(self, signum: int = signal.SIGINT) -> None:
+        self.process.send_signal(signum)
+
+    def stop(self, signum: int = signal.SIGINT) -> int:
+        """Signal the server and wait for it to exit; returns its exit code."""
+        if self.process.poll() is None:
+            self.send(signum)
+        code = self.process.wait(timeout=WAIT)
+        self._close()
+        return code
+
+    def _close(self) -> None:
+        self._reader.join(timeout=WAIT)
+        if self.process.stderr is not None:
+            self.process.stderr.close()
+
+    def kill(self) -> None:
+        """Last resort for a test that failed half-way: nothing may outlive the test."""
+        pids = self.worker_pids() if self.process.poll() is None else []
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=WAIT)
+        self._close()
+        for pid in pids:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                psutil.Process(pid).kill()
+
+
+def alive(pids: Sequence[int]) -> list[int]:
+    """The pids still running (zombies count as gone)."""
+    running = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                running.append(pid)
+        except psutil.NoSuchProcess:
+            continue
+    return running
