@@ -223,11 +223,6 @@ async def test_register_by_query_ignores_junk_numbers_and_non_boolean_synchronou
     ) == (202, {"status": "Processing worker updates..."})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ModelRegistry answers 202 for an asynchronous register even with 0 workers; "
-    "TorchServe answers 200 'registered with 0 initial workers' whatever `synchronous` says",
-)
 async def test_asynchronous_register_with_no_workers_is_200_as_torchserve(
     jp_fetch: Fetch, build: Callable[..., str]
 ) -> None:

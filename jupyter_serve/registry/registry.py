@@ -230,6 +230,10 @@ class ModelRegistry:
     async def _start_initial(self, model: Model, synchronous: bool) -> tuple[int, str]:
         spec = model.spec
         head = f'Model "{spec.model_name}" Version: {spec.version} registered with'
+        if spec.min_workers == 0:  # nothing to wait for: TorchServe answers 200 either way
+            self._save()
+            advice = "Use scale workers API to add workers for the model."
+            return 200, f"{head} 0 initial workers. {advice}"
         if not synchronous:
             await model.pool.scale(spec.min_workers, spec.max_workers, wait=False)
             self._save()
@@ -239,9 +243,6 @@ class ModelRegistry:
             await self._drop(model)
             raise _start_failure(result, spec.model_name, spec.version)
         self._save()
-        if spec.min_workers == 0:
-            advice = "Use scale workers API to add workers for the model."
-            return 200, f"{head} 0 initial workers. {advice}"
         return 200, f"{head} {spec.min_workers} initial workers"
 
     # ---- scale, default, unregister -------------------------------------------
