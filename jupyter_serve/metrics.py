@@ -259,9 +259,21 @@ class ServeMetrics:
         self.registry.register(self._gpu)
 
     def record_request(
-        self, model: str, version: str | None, status: int, latency_us: float, queue_us: float
+        self,
+        model: str,
+        version: str | None,
+        status: int,
+        latency_us: float,
+        queue_us: float,
+        *,
+        served_version: str | None = None,
     ) -> None:
-        """One answered inference request: TorchServe's counters and the model's stats."""
+        """One answered inference request: TorchServe's counters and the model's stats.
+
+        `version` is what the request named (None: TorchServe's label "default");
+        `served_version` is the version that answered, which keys the dashboard's stats
+        so they line up with the batches of that version.
+        """
         labels = {"model_name": model, "model_version": version or "default"}
         labels["hostname"] = self.hostname
         self._update("ts_inference_requests_total", labels, 1.0)
@@ -271,7 +283,7 @@ class ServeMetrics:
             self._update(f"Requests{status // 100}XX", self._host(), 1.0)
         self._update("WorkerThreadTime", self._host(), max(0.0, latency_us - queue_us) / 1000)
         with self._lock:
-            stats = self._stats(model, version or "default")
+            stats = self._stats(model, served_version or version or "default")
             stats.add_request(status, latency_us / 1000, self._clock())
 
     def record_batch(

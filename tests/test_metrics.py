@@ -321,3 +321,13 @@ def test_pool_on_metrics_feeds_record_batch(tmp_path: Path) -> None:
     assert 'FakeBatchSize{ModelName="mnist",Level="Model",Hostname="host1",} 2.0' in text
     (model,) = metrics.snapshot()["models"]
     assert (model["batches"], model["batch_fill"]) == (1, 1.0)
+
+
+def test_unversioned_requests_count_for_the_served_version_on_the_dashboard() -> None:
+    metrics = ServeMetrics(hostname="h", gpu_source=list)
+    metrics.record_request("m", None, 200, 1500.0, 0.0, served_version="2.0")
+    metrics.record_request("m", "2.0", 200, 2500.0, 0.0)
+    (model,) = metrics.snapshot()["models"]
+    assert (model["model_version"], model["requests"]) == ("2.0", 2)
+    # TorchServe's Prometheus label for an unversioned request stays "default".
+    assert b'model_version="default"' in metrics.render(["ts_inference_requests_total"])

@@ -495,3 +495,49 @@ async def test_model_api_disabled_refuses_register_and_unregister(
     assert (await call(jp_fetch, "GET", "models", "echo"))[0] == 200
     assert (await call(jp_fetch, "PUT", "models", "echo", min_worker="0"))[0] == 202
     assert (await call(jp_fetch, "PUT", "models", "echo", "1.0", "set-default"))[0] == 200
+
+
+# ---- jupyter_serve's own: worker logs, dashboard figures -----------------------------
+
+PRINTING = (
+    "def handle(data, context):\n"
+    "    if not data:\n"
+    "        print('loading the printing model')\n"
+    "        return None\n"
+    "    return [row.get('body') for row in data]\n"
+)
+
+
+async def test_logs_show_worker_output_and_the_traceback_of_a_failed_register(
+    jp_fetch: Fetch, build: Callable[..., str]
+) -> None:
+    assert (await register(jp_fetch, build("printer", source=PRINTING), initial_workers="1"))[
+        0
+    ] == 200
+    status, logs = await call(jp_fetch, "GET", "logs", "printer")
+    assert status == 200
+    assert logs["modelName"] == "printer"
+    assert any("loading the printing model" in line for line in logs["lines"])
+    assert (await call(jp_fetch, "GET", "logs", "printer", lines="0"))[1]["lines"] == []
+
+    failed = await register(jp_fetch, build("broken", source=BROKEN), initial_workers="1")
+    assert failed[0] == 500
+    status, logs = await call(jp_fetch, "GET", "logs", "broken")
+    assert status == 200
+    assert any("cannot load" in line for line in logs["lines"])  # the worker's traceback
+    assert await call(jp_fetch, "GET", "logs", "nope") == NO_MODEL
+
+
+async def test_metrics_json_gives_the_dashboards_figures(
+    jp_fetch: Fetch, build: Callable[..., str]
+) -> None:
+    await register(jp_fetch, build("echo"), initial_workers="1")
+    response = await jp_fetch(
+        "serve", "predictions", "echo", method="POST", body=b"hi", raise_error=False
+    )
+    assert response.code == 200
+    status, figures = await call(jp_fetch, "GET", "metrics", format="json")
+    assert status == 200
+    (model,) = [m for m in figures["models"] if m["model_name"] == "echo"]
+    assert model["requests"] == 1
+    assert figures["requests"]["2XX"] >= 1

@@ -101,6 +101,7 @@ class ModelRegistry:
         self._defaults: dict[str, str] = {}
         self._reserved: set[tuple[str, str]] = set()
         self._restoring = False
+        self._failed_logs: dict[str, list[str]] = {}  # worker output of a failed register
 
     @property
     def snapshot_path(self) -> Path:
@@ -240,6 +241,8 @@ class ModelRegistry:
             return 202, ASYNC_MESSAGE
         result = await model.pool.scale(spec.min_workers, spec.max_workers)
         if not result.ok:
+            # Keep what the workers printed (their tracebacks): `logs()` shows it afterwards.
+            self._failed_logs[spec.model_name] = model.pool.recent_logs()
             await self._drop(model)
             raise _start_failure(result, spec.model_name, spec.version)
         self._save()
@@ -271,6 +274,13 @@ class ModelRegistry:
             return 206, "Workers scaling in progress..."
         named = f"model: {name}" if version is None else f"model: {name}, version: {version}"
         return 200, f"Workers scaled to {min_worker} for {named}"
+
+    def logs(self, name: str, version: str | None = None, limit: int | None = None) -> list[str]:
+        """Recent worker output of a model, or of its last failed register."""
+        if name not in self._defaults and name in self._failed_logs:
+            lines = self._failed_logs[name]
+            return lines if limit is None else lines[-limit:] if limit > 0 else []
+        return self.get(name, version).pool.recent_logs(limit)
 
     def set_default(self, name: str, version: str) -> tuple[int, str]:
         """Make `version` the version that unversioned routes use."""

@@ -43,7 +43,7 @@ class RequestTooLarge(ServeError):
 class InferenceRoute(ServeRoute):
     """Base of the routes that run requests through a model's batcher."""
 
-    _target: tuple[str, str | None] | None = None
+    _target: tuple[str, str | None, str] | None = None  # name, version asked, version served
     _started: float = 0.0
     _pending: tuple[asyncio.Future[InferenceResult], ...] = ()
 
@@ -59,7 +59,7 @@ class InferenceRoute(ServeRoute):
     def serving_model(self, name: str, version: str | None) -> Model:
         """The model version to run; 404 when unknown, 503 when it has no worker."""
         model = self.registry.get(name, version)
-        self._target, self._started = (name, version), time.perf_counter()
+        self._target, self._started = (name, version, model.version), time.perf_counter()
         if model.pool.worker_count == 0:
             raise ServiceUnavailable(no_worker_message(name, version))
         return model
@@ -94,9 +94,11 @@ class InferenceRoute(ServeRoute):
 
     def on_finish(self) -> None:
         if self._target is not None:
-            name, version = self._target
+            name, version, served = self._target
             latency_us = (time.perf_counter() - self._started) * 1e6
-            self.metrics.record_request(name, version, self.get_status(), latency_us, 0.0)
+            self.metrics.record_request(
+                name, version, self.get_status(), latency_us, 0.0, served_version=served
+            )
         super().on_finish()
 
 

@@ -28,6 +28,7 @@ from .params import (
     bool_arg,
     check_min_worker,
     json_args,
+    optional_int,
     page_args,
     query_args,
     register_args,
@@ -129,7 +130,21 @@ class SetDefaultRoute(ManagementRoute):
         self.write_status(self.registry.set_default(name, version))
 
 
+class LogsRoute(ManagementRoute):
+    """`logs/{m}[/{v}]?lines=N`: recent worker output (jupyter_serve's, not TorchServe's).
+
+    Also answers for a model whose register just failed, so its traceback can be shown.
+    """
+
+    @web.authenticated
+    def get(self, name: str, version: str | None = None) -> None:
+        limit = optional_int(self.query(), "lines")
+        lines = self.registry.logs(name, version, limit)
+        self.write_json({"modelName": name, "lines": lines})
+
+
 ROUTES: list[tuple[str, type[Any]]] = [
+    (r"logs/([^/]+)(?:/([^/]+))?/?", LogsRoute),
     (r"models/?", ModelsRoute),
     (r"models/([^/]+)/([^/]+)/set-default/?", SetDefaultRoute),
     (r"models/([^/]+)(?:/([^/]+))?/?", ModelRoute),

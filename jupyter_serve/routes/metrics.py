@@ -2,7 +2,9 @@
 
 `GET metrics` answers `ServeMetrics.render` in the Prometheus text format 0.0.4
 as TorchServe's Java exposition writes it; repeated `name[]` query arguments
-select metric families, as in TorchServe.
+select metric families, as in TorchServe. `GET metrics?format=json` answers
+`ServeMetrics.snapshot()` instead (per-model p50/p99, batch fill, throughput) for
+the dashboard.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ class MetricsRoute(ServeRoute):
 
     @web.authenticated
     def get(self) -> None:
+        if self.get_query_argument("format", "") == "json":  # the dashboard's figures
+            self.write_json(self.metrics.snapshot())
+            return
         names = self.get_query_arguments("name[]")
         self.finish(self.metrics.render(names or None), set_content_type=CONTENT_TYPE)
 

@@ -59,6 +59,8 @@ _PARAMS: dict[str, tuple[str, str, str]] = {
     "next_page_token": ("query", "string", "The token of the page to return."),
     "customized": ("query", "boolean", "Include the handler's describe_handle() output."),
     "name[]": ("query", "string", "Names of the metrics to return (repeatable)."),
+    "format": ("query", "string", "`json`: the dashboard's figures instead of Prometheus text."),
+    "lines": ("query", "integer", "How many of the newest output lines to return."),
 }
 
 
@@ -141,7 +143,11 @@ def _paths() -> dict[str, dict[str, Any]]:
         "/v2/models/{model_name}/versions/{model_version}/{url_path}": {
             "post": _op("versionedModelInfer", "Not supported: 501.", (*_MV, "url_path"))
         },
-        "/metrics": {"get": _op("metrics", "Prometheus metrics.", ("name[]",))},
+        "/metrics": {"get": _op("metrics", "Prometheus metrics.", ("name[]", "format"))},
+        "/logs/{model_name}": {"get": _op("modelLogs", "Recent worker output.", (*_M, "lines"))},
+        "/logs/{model_name}/{model_version}": {
+            "get": _op("versionModelLogs", "Recent worker output of a version.", (*_MV, "lines"))
+        },
         "/models": {
             "get": _op("listModels", "List registered models.", ("limit", "next_page_token")),
             "post": _op("registerModel", "Register a new model.", _REGISTER),
