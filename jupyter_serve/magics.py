@@ -9,6 +9,7 @@
                         [--workers N] [--handler H]
     %serve scale NAME --min N [--max M] [--version V]
     %serve unregister NAME [--version V]         %serve list      %serve describe NAME
+    %serve logs NAME [--version V] [--lines N]   (recent worker output, tracebacks included)
     %serve predict NAME [DATA | --file F | --json J]   (explain: the same, drawn)
     %serve dashboard [--interval S]
 
@@ -29,7 +30,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 
 from . import workspace
 from .archive import ArchiveSpec, archiver_parser, build_mar, inspect_archive
-from .client import ServeClient, ServerInfo, current_kernel_id, discover
+from .client import ServeClient, ServeClientError, ServerInfo, current_kernel_id, discover
 from .errors import ServeError
 from .protocol import InferenceResult
 from .workspace import HandlerFolder
@@ -92,6 +93,10 @@ def _serve_parser() -> _Parser:
             command.add_argument("--min", type=int, required=True)
             command.add_argument("--max", type=int)
     sub.add_parser("list")
+    logs = sub.add_parser("logs")
+    logs.add_argument("name")
+    logs.add_argument("--version")
+    logs.add_argument("--lines", type=int, default=200)
     dashboard = sub.add_parser("dashboard")
     dashboard.add_argument("--interval", type=float, default=2.0)
     return p
@@ -160,12 +165,31 @@ class ServeMagics(Magics):
 
     def _serve_folder(self, folder: HandlerFolder, args: argparse.Namespace) -> None:
         mar = workspace.build_handler_mar(folder, folder.path.parent / "model_store")
-        answer = self.client.register(
-            str(mar.resolve()), model_name=folder.name, batch_size=args.batch_size,
+        print(f"Built {mar}; starting {args.workers} worker(s)...")
+        self._register(
+            str(mar.resolve()), folder.name, model_name=folder.name, batch_size=args.batch_size,
             max_batch_delay=args.max_batch_delay, initial_workers=args.workers,
-            synchronous=True,
         )  # fmt: skip
+
+    def _register(self, url: str, name: str, **params: Any) -> None:
+        """Register synchronously; on failure show the workers' output (their traceback)."""
+        try:
+            answer = self.client.register(url, synchronous=True, **params)
+        except ServeClientError as error:
+            print(f"Register failed: HTTP {error.status} {error.message}")
+            if error.status >= 500:
+                self._print_logs(name, None, 50)
+            return
         print(answer.get("status", answer))
+
+    def _print_logs(self, name: str, version: str | None, lines: int) -> None:
+        path = "/".join(["logs", name, *([version] if version else [])])
+        try:
+            found = self.client.request_json("GET", path, params={"lines": lines})["lines"]
+        except ServeClientError as error:
+            print(f"No worker output: {error.message}")
+            return
+        print("\n".join(found) if found else "(no worker output)")
 
     @line_magic
     def mar(self, line: str) -> None:
@@ -227,12 +251,15 @@ class ServeMagics(Magics):
         return ModelDashboard(self.client, interval=args.interval)
 
     def _serve_register(self, args: argparse.Namespace) -> None:
-        answer = self.client.register(
-            args.url, model_name=args.model_name, handler=args.handler,
+        name = args.model_name or Path(args.url).name.split(".", 1)[0]
+        self._register(
+            args.url, name, model_name=args.model_name, handler=args.handler,
             batch_size=args.batch_size, max_batch_delay=args.max_batch_delay,
-            initial_workers=args.workers, synchronous=True,
+            initial_workers=args.workers,
         )  # fmt: skip
-        print(answer.get("status", answer))
+
+    def _serve_logs(self, args: argparse.Namespace) -> None:
+        self._print_logs(args.name, args.version, args.lines)
 
     def _serve_scale(self, args: argparse.Namespace) -> None:
         answer = self.client.scale(

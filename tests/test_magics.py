@@ -179,3 +179,50 @@ async def test_serve_dashboard_polls_the_connected_server_until_closed(
     assert dashboard.poller.task is not None
     await asyncio.wait([dashboard.poller.task])
     assert not dashboard.poller.running
+
+
+FAILS_AT_LOAD = """
+def handle(data, context):
+    if data is None:
+        raise RuntimeError("weights missing at load")
+    return data
+"""
+
+
+async def test_handler_serve_predict_logs_and_unregister_against_a_real_server(
+    shell: InteractiveShell,
+    jp_serverapp: Any,
+    http_server_client: Any,
+    jp_http_port: int,
+    jp_base_url: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    def magic(kind: str, line: str, cell: str | None = None) -> Any:
+        if cell is None:
+            return asyncio.to_thread(shell.run_line_magic, kind, line)
+        return asyncio.to_thread(shell.run_cell_magic, kind, line, cell)
+
+    token = jp_serverapp.identity_provider.token
+    await magic("serve", f"connect http://localhost:{jp_http_port}{jp_base_url} --token {token}")
+    await magic("handler", "echo --serve --workers 1 --batch-size 2", ECHO)
+    out = capsys.readouterr().out
+    assert 'Model "echo" Version: 1.0 registered with 1 initial workers' in out
+
+    await magic("serve", "predict echo hello")
+    out = capsys.readouterr().out
+    assert "HTTP 200" in out
+    assert '"echo": "hello"' in out
+    models = await magic("serve", "list")
+    assert [m["modelName"] for m in models] == ["echo"]
+    (described,) = await magic("serve", "describe echo")
+    assert described["batchSize"] == 2
+    await magic("serve", "logs echo")
+    assert "handler saw 1 rows" in capsys.readouterr().out  # the worker's print
+
+    await magic("handler", "fragile --serve", FAILS_AT_LOAD)
+    out = capsys.readouterr().out
+    assert "Register failed: HTTP 500 Failed to start workers for model fragile" in out
+    assert "weights missing at load" in out  # the worker's traceback, in the notebook
+
+    await magic("serve", "unregister echo")
+    assert 'Model "echo" unregistered' in capsys.readouterr().out
