@@ -190,7 +190,11 @@ class InferenceRequest:
 
 @dataclass(frozen=True)
 class InferenceResult:
-    """One response as the route will send it."""
+    """One response as the route will send it.
+
+    `queue_ms` never travels on the wire: the server's pool sets it to the time the
+    request waited in the queue before its batch left for a worker.
+    """
 
     request_id: str
     status: int = 200
@@ -198,6 +202,7 @@ class InferenceResult:
     content_type: str | None = None
     reason: str = ""
     headers: dict[str, str] = field(default_factory=dict)
+    queue_ms: float = 0.0
 
 
 def encode_infer(requests: list[InferenceRequest], command: str = "predict") -> Frame:

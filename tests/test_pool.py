@@ -271,7 +271,12 @@ def test_strict_batch_collects_later_arrivals_and_a_full_batch_leaves_at_once(
         await pool.stop()
         return list(results)
 
-    assert {r.headers["x-batch"] for r in run(main())} == {"a,b,c"}
+    results = run(main())
+    assert {r.headers["x-batch"] for r in results} == {"a,b,c"}
+    # "a" waited in the queue for "b" and "c": its result says so, and no later one waited longer.
+    by_id = {r.request_id: r for r in results}
+    assert by_id["a"].queue_ms > 0
+    assert by_id["a"].queue_ms >= max(by_id["b"].queue_ms, by_id["c"].queue_ms)
 
 
 def test_eager_dispatches_a_lone_request_at_once(make_spec: Callable[..., ModelSpec]) -> None:

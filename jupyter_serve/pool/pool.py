@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import dataclasses
 import logging
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -348,8 +349,8 @@ class WorkerPool:
             self.batcher.requeue(getter.result())
 
     async def _run_batch(self, worker: SubprocessWorker, batch: list[Pending]) -> None:
-        loop = asyncio.get_running_loop()
-        queue_ms = sum(loop.time() - item.arrival for item in batch) * 1000 / len(batch)
+        dispatched = asyncio.get_running_loop().time()
+        queue_ms = sum(dispatched - item.arrival for item in batch) * 1000 / len(batch)
         try:
             reply = await worker.predict([item.request for item in batch], batch[0].command)
         except ServeError as error:
@@ -362,7 +363,7 @@ class WorkerPool:
             LOGGER.exception("Batch on worker %s failed", worker.id)
             _fail(batch, ServeError(f"Internal error while running the batch: {exc!r}"))
             return
-        _deliver(batch, reply)
+        _deliver(batch, reply, dispatched)
         if batch[0].command == "predict":
             self._record(reply, len(batch), queue_ms)
 
@@ -375,8 +376,8 @@ class WorkerPool:
             LOGGER.exception("on_metrics failed for %s", self.spec.model_name)
 
 
-def _deliver(batch: list[Pending], reply: WorkerReply) -> None:
-    """Set each client's result, matched by position if the ids line up, else by id."""
+def _deliver(batch: list[Pending], reply: WorkerReply, dispatched: float) -> None:
+    """Set each client's result (with its queue time), matched by position or else by id."""
     ids = [item.request.request_id for item in batch]
     results: list[InferenceResult | None] = list(reply.results)
     if [result.request_id for result in reply.results] != ids:
@@ -384,7 +385,8 @@ def _deliver(batch: list[Pending], reply: WorkerReply) -> None:
         results = [by_id.get(rid) for rid in ids]
     for item, result in zip(batch, results, strict=False):
         if item.alive and result is not None:
-            item.future.set_result(result)
+            queued = (dispatched - item.arrival) * 1000
+            item.future.set_result(dataclasses.replace(result, queue_ms=queued))
     missing = ServeError("number of batch response mismatched", status_code=503)
     _fail(batch, missing)
 

@@ -45,6 +45,7 @@ class InferenceRoute(ServeRoute):
 
     _target: tuple[str, str | None, str] | None = None  # name, version asked, version served
     _started: float = 0.0
+    _queue_ms: float = 0.0
     _pending: tuple[asyncio.Future[InferenceResult], ...] = ()
 
     def check_request_size(self) -> None:
@@ -69,7 +70,9 @@ class InferenceRoute(ServeRoute):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + model.spec.response_timeout
         self._pending = tuple(model.batcher.submit(request, deadline) for request in requests)
-        return list(await asyncio.gather(*self._pending))
+        results = list(await asyncio.gather(*self._pending))
+        self._queue_ms = max((result.queue_ms for result in results), default=0.0)
+        return results
 
     def send_result(self, result: InferenceResult) -> None:
         """Answer with the handler's status, reason, content type, headers and raw body."""
@@ -97,7 +100,12 @@ class InferenceRoute(ServeRoute):
             name, version, served = self._target
             latency_us = (time.perf_counter() - self._started) * 1e6
             self.metrics.record_request(
-                name, version, self.get_status(), latency_us, 0.0, served_version=served
+                name,
+                version,
+                self.get_status(),
+                latency_us,
+                self._queue_ms * 1000,
+                served_version=served,
             )
         super().on_finish()
 
