@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,16 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 
 from . import workspace
 from .archive import ArchiveSpec, archiver_parser, build_mar, inspect_archive
-from .client import ServeClient, ServeClientError, ServerInfo, current_kernel_id, discover
+from .client import (
+    TOKEN_ENV,
+    URL_ENV,
+    ServeClient,
+    ServeClientError,
+    ServerInfo,
+    ServerNotFound,
+    current_kernel_id,
+    discover,
+)
 from .errors import ServeError
 from .protocol import InferenceResult
 from .workspace import HandlerFolder
@@ -131,12 +141,27 @@ class ServeMagics(Magics):
         super().__init__(shell)
         self.folders: dict[str, HandlerFolder] = {}
         self.server: ServerInfo | None = None
+        self.background: Any = None  # a BackgroundServer this kernel started, if any
 
     @property
     def client(self) -> ServeClient:
         if self.server is None:
-            self.server = discover(kernel_id=current_kernel_id())
+            try:
+                self.server = discover(kernel_id=current_kernel_id())
+            except ServerNotFound:
+                self.server = self._start_own_server()
         return ServeClient(self.server)
+
+    def _start_own_server(self) -> ServerInfo:
+        """No Jupyter server around (plain IPython, other front ends): start one on loopback."""
+        from .background import start_background_server
+
+        print("No Jupyter server found: starting a jupyter_serve server on loopback...")
+        self.background = start_background_server()
+        info: ServerInfo = self.background.info
+        os.environ[URL_ENV], os.environ[TOKEN_ENV] = info.url, info.token
+        print(f"Serving at {info.url} (token in $JUPYTER_SERVE_TOKEN; stops with the kernel)")
+        return info
 
     @cell_magic
     def handler(self, line: str, cell: str) -> None:
