@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import shlex
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +113,44 @@ def _serve_parser() -> _Parser:
     return p
 
 
+PROGRESS_INTERVAL = 0.5  # seconds between looks at a loading model's worker output
+
+
+def fetch_logs(client: ServeClient, name: str, version: str | None, lines: int) -> list[str]:
+    path = "/".join(["logs", name, *([version] if version else [])])
+    found: list[str] = client.request_json("GET", path, params={"lines": lines})["lines"]
+    return found
+
+
+class LogFollower:
+    """Prints a model's worker output lines it has not printed yet (progress while loading)."""
+
+    def __init__(self, client: ServeClient, name: str) -> None:
+        self.client, self.name = client, name
+        self.shown = len(self._lines())  # lines of an earlier, failed attempt are old news
+
+    def _lines(self) -> list[str]:
+        try:
+            return fetch_logs(self.client, self.name, None, 1000)
+        except ServeClientError:  # not registered yet, or gone
+            return []
+
+    def print_new(self) -> None:
+        lines = self._lines()
+        if len(lines) < self.shown:  # a new buffer (the model was registered again)
+            self.shown = 0
+        for line in lines[self.shown :]:
+            print(f"  | {line}")
+        self.shown = len(lines)
+
+
+def _capture(outcome: dict[str, Any], function: Any, *args: Any, **kwargs: Any) -> None:
+    try:
+        outcome["result"] = function(*args, **kwargs)
+    except Exception as error:  # handed back to the magic's thread
+        outcome["error"] = error
+
+
 def request_body(args: argparse.Namespace) -> tuple[bytes, str]:
     """The body and content type `DATA | --file | --json` ask for."""
     if args.file:
@@ -197,20 +236,30 @@ class ServeMagics(Magics):
         )  # fmt: skip
 
     def _register(self, url: str, name: str, **params: Any) -> None:
-        """Register synchronously; on failure show the workers' output (their traceback)."""
-        try:
-            answer = self.client.register(url, synchronous=True, **params)
-        except ServeClientError as error:
+        """Register synchronously, streaming the workers' output while they load.
+
+        On failure the rest of that output (the worker's traceback) follows the error.
+        """
+        follower = LogFollower(self.client, name)
+        outcome: dict[str, Any] = {}
+        call = threading.Thread(target=_capture, args=(outcome, self.client.register, url),
+                                kwargs={"synchronous": True, **params})  # fmt: skip
+        call.start()
+        while call.is_alive():
+            call.join(PROGRESS_INTERVAL)
+            follower.print_new()
+        follower.print_new()
+        error = outcome.get("error")
+        if isinstance(error, ServeClientError):
             print(f"Register failed: HTTP {error.status} {error.message}")
-            if error.status >= 500:
-                self._print_logs(name, None, 50)
             return
-        print(answer.get("status", answer))
+        if error is not None:
+            raise error
+        print(outcome["result"].get("status", outcome["result"]))
 
     def _print_logs(self, name: str, version: str | None, lines: int) -> None:
-        path = "/".join(["logs", name, *([version] if version else [])])
         try:
-            found = self.client.request_json("GET", path, params={"lines": lines})["lines"]
+            found = fetch_logs(self.client, name, version, lines)
         except ServeClientError as error:
             print(f"No worker output: {error.message}")
             return

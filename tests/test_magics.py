@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -184,6 +185,7 @@ async def test_serve_dashboard_polls_the_connected_server_until_closed(
 FAILS_AT_LOAD = """
 def handle(data, context):
     if data is None:
+        print("reading the weights...", flush=True)
         raise RuntimeError("weights missing at load")
     return data
 """
@@ -222,7 +224,10 @@ async def test_handler_serve_predict_logs_and_unregister_against_a_real_server(
     await magic("handler", "fragile --serve", FAILS_AT_LOAD)
     out = capsys.readouterr().out
     assert "Register failed: HTTP 500 Failed to start workers for model fragile" in out
+    # the worker's output is streamed while it loads, prefixed with its time and worker id
+    assert re.search(r"^  \| \S+ \[fragile/\d+\] reading the weights\.\.\.$", out, re.M)
     assert "weights missing at load" in out  # the worker's traceback, in the notebook
+    assert out.index("reading the weights") < out.index("Register failed")
 
     await magic("serve", "unregister echo")
     assert 'Model "echo" unregistered' in capsys.readouterr().out
