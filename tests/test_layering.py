@@ -51,6 +51,11 @@ def heavy_modules_after(setup: str, watched: tuple[str, ...]) -> list[str]:
             id="handlers",
         ),
         pytest.param(
+            "import jupyter_serve.magics, jupyter_serve.client, jupyter_serve.workspace",
+            (*SERVER_SIDE, "jupyter_server.serverapp", "torch"),
+            id="kernel-side-magics-and-client",
+        ),
+        pytest.param(
             "import jupyter_serve.worker.__main__, jupyter_serve.worker.service\n"
             "from jupyter_serve.worker import compat\n"
             "compat.install()\n"
