@@ -1,0 +1,227 @@
+"""Turn the runner's raw records into medians, the `ratios` object and a markdown report.
+
+Every ratio is jupyter_serve / TorchServe (or served / in-process), taken from
+medians of repeats measured back to back; a ratio is null when either side is
+missing (e.g. `--no-torchserve`). For latency and memory ratios lower is better,
+for throughput ratios higher is better.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from typing import Any
+
+JS, TS = "jupyter_serve", "torchserve"
+BATCH8 = ("batch8-5ms/1w", "batch8/2w")
+MIB = 1 << 20
+
+Record = dict[str, Any]
+
+
+def _median(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return round(statistics.median(present), 3) if present else None
+
+
+def summarize(points: list[Record]) -> list[Record]:
+    """One row per (server, model, config, concurrency): medians over the repeats."""
+    groups: dict[tuple[str, str, str, int], list[Record]] = defaultdict(list)
+    for point in points:
+        groups[point["server"], point["model"], point["config"], point["concurrency"]].append(point)
+    rows = []
+    for (server, model, config, concurrency), repeats in groups.items():
+        row: Record = {"server": server, "model": model, "config": config}
+        row["concurrency"] = concurrency
+        for key in ("rps", "p50_ms", "p90_ms", "p99_ms", "load1", "cpu_percent", "cpu_ms_per_req"):
+            row[key] = _median([r.get(key) for r in repeats])
+        row["errors"] = sum(r["errors"] for r in repeats)
+        row["repeats"] = len(repeats)
+        rows.append(row)
+    return rows
+
+
+def _lookup(rows: list[Record], server: str, model: str, config: str, conc: int) -> Record | None:
+    for row in rows:
+        if (row["server"], row["model"], row["config"], row["concurrency"]) == (
+            server, model, config, conc
+        ):  # fmt: skip
+            return row
+    return None
+
+
+def _ratio(top: float | None, bottom: float | None) -> float | None:
+    if top is None or not bottom:
+        return None
+    return round(top / bottom, 3)
+
+
+def _value(rows: list[Record], server: str, model: str, config: str, conc: int, key: str) -> Any:
+    row = _lookup(rows, server, model, config, conc)
+    return None if row is None else row[key]
+
+
+def _best_rps(rows: list[Record], servers: tuple[str, ...], model: str) -> float | None:
+    """The best c32 throughput over the batch-8 configurations and the given servers."""
+    found = [
+        r["rps"]
+        for r in rows
+        if r["server"] in servers and r["model"] == model and r["config"] in BATCH8
+        if r["concurrency"] == 32 and r["rps"] is not None
+    ]
+    return max(found) if found else None
+
+
+def _inprocess_best(inprocess: Record, model: str, batch: str) -> float | None:
+    rates = [run.get(batch) for run in inprocess.get(model, {}).values()]
+    present = [r for r in rates if r is not None]
+    return max(present) if present else None
+
+
+def _register_median(registers: list[Record], server: str, model: str) -> float | None:
+    chosen = [r for r in registers if (r["server"], r["model"]) == (server, model)]
+    return _median([r["ready_s"] for r in chosen])
+
+
+def _rss_max(rss: list[Record], server: str) -> int | None:
+    values = [r["server_rss"] for r in rss if r["server"] == server]
+    return max(values) if values else None
+
+
+def ratios(results: Record) -> dict[str, float | None]:
+    rows, inprocess = results["summary"], results["inprocess"]
+    omp = (f"{JS}+omp1", f"{TS}+omp1")
+    js_rss, ts_rss = _rss_max(results["rss"], JS), _rss_max(results["rss"], TS)
+    baseline = results.get("baseline_rss", {}).get("jupyter_server")
+    added = None if js_rss is None or baseline is None else js_rss - baseline
+    registers = results["registers"]
+    return {
+        "echo_c32_rps_vs_torchserve": _ratio(
+            _value(rows, JS, "echo", "batch8-5ms/1w", 32, "rps"),
+            _value(rows, TS, "echo", "batch8-5ms/1w", 32, "rps"),
+        ),
+        "echo_c1_p50_vs_torchserve": _ratio(
+            _value(rows, JS, "echo", "batch8-5ms/1w", 1, "p50_ms"),
+            _value(rows, TS, "echo", "batch8-5ms/1w", 1, "p50_ms"),
+        ),
+        "echo_c1_p50_vs_torchserve_batch1": _ratio(
+            _value(rows, JS, "echo", "batch1/1w", 1, "p50_ms"),
+            _value(rows, TS, "echo", "batch1/1w", 1, "p50_ms"),
+        ),
+        "cnn_b8_vs_inprocess": _ratio(
+            _best_rps(rows, (JS, omp[0]), "cnn"), _inprocess_best(inprocess, "cnn", "8")
+        ),
+        "cnn_b8_rps_vs_torchserve": _ratio(
+            _best_rps(rows, (JS,), "cnn"), _best_rps(rows, (TS,), "cnn")
+        ),
+        "cnn_b8_rps_vs_torchserve_best_threads": _ratio(
+            _best_rps(rows, (JS, omp[0]), "cnn"), _best_rps(rows, (TS, omp[1]), "cnn")
+        ),
+        "mlp_b8_rps_vs_torchserve": _ratio(
+            _best_rps(rows, (JS,), "mlp"), _best_rps(rows, (TS,), "mlp")
+        ),
+        "register_ready_vs_torchserve": _ratio(
+            _register_median(registers, JS, "mlp"), _register_median(registers, TS, "mlp")
+        ),
+        "register_ready_echo_vs_torchserve": _ratio(
+            _register_median(registers, JS, "echo"), _register_median(registers, TS, "echo")
+        ),
+        "cold_start_vs_torchserve": _ratio(
+            results["cold_start"].get(JS), results["cold_start"].get(TS)
+        ),
+        "server_rss_vs_torchserve_jvm": _ratio(added, ts_rss),
+        "server_rss_total_vs_torchserve_jvm": _ratio(js_rss, ts_rss),
+    }
+
+
+def _fmt(value: Any, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def _points_table(rows: list[Record]) -> list[str]:
+    lines = [
+        "| model | config | c | server | req/s | p50 ms | p90 ms | p99 ms | errors "
+        "| CPU ms/req | load1 | rps vs TS | p50 vs TS |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in sorted(rows, key=lambda r: (r["model"], r["config"], r["concurrency"], r["server"])):
+        peer = r["server"].replace(JS, TS) if r["server"].startswith(JS) else None
+        other = _lookup(rows, peer, r["model"], r["config"], r["concurrency"]) if peer else None
+        vs_rps = _ratio(r["rps"], other["rps"]) if other else None
+        vs_p50 = _ratio(r["p50_ms"], other["p50_ms"]) if other else None
+        cells = [
+            r["model"], r["config"], r["concurrency"], r["server"], _fmt(r["rps"]),
+            _fmt(r["p50_ms"], 2), _fmt(r["p90_ms"], 2), _fmt(r["p99_ms"], 2), r["errors"],
+            _fmt(r["cpu_ms_per_req"], 2), _fmt(r["load1"], 2), _fmt(vs_rps, 2), _fmt(vs_p50, 2),
+        ]  # fmt: skip
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return lines
+
+
+def _startup_lines(results: Record) -> list[str]:
+    lines = ["| server | start to healthy s | idle server RSS MiB | peak server RSS MiB |"]
+    lines.append("|---|---|---|---|")
+    for server, seconds in sorted(results["cold_start"].items()):
+        idle = results["idle_rss"].get(server)
+        peak = _rss_max(results["rss"], server)
+        cells = [server, _fmt(seconds, 2), _fmt(idle and idle / MIB), _fmt(peak and peak / MIB)]
+        lines.append("| " + " | ".join(cells) + " |")
+    baseline = results.get("baseline_rss", {}).get("jupyter_server")
+    if baseline:
+        note = f"Bare jupyter_server (jupyter_serve disabled), idle: {baseline / MIB:.0f} MiB."
+        lines.append("\n" + note)
+    return lines
+
+
+def _register_lines(results: Record) -> list[str]:
+    lines = ["| server | model | config | register s | register to first prediction s |"]
+    lines.append("|---|---|---|---|---|")
+    for r in results["registers"]:
+        cells = [r["server"], r["model"], r["config"], _fmt(r["register_s"], 2)]
+        lines.append("| " + " | ".join([*cells, _fmt(r["ready_s"], 2)]) + " |")
+    return lines
+
+
+def _worker_lines(results: Record) -> list[str]:
+    lines = ["| server | model | config | server RSS MiB | worker RSS MiB |"]
+    lines.append("|---|---|---|---|---|")
+    for r in results["rss"]:
+        workers = ", ".join(f"{w / MIB:.0f}" for w in r["worker_rss"]) or "-"
+        cells = [r["server"], r["model"], r["config"], f"{r['server_rss'] / MIB:.0f}", workers]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _inprocess_lines(results: Record) -> list[str]:
+    lines = ["| model | run | batch 1 | batch 8 | batch 32 |", "|---|---|---|---|---|"]
+    for model, runs in results["inprocess"].items():
+        for run, rates in runs.items():
+            cells = [model, run, *(_fmt(rates.get(b)) for b in ("1", "8", "32"))]
+            lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def markdown(results: Record) -> str:
+    meta = results["meta"]
+    parts = [
+        f"# jupyter_serve vs TorchServe 0.12: {meta['date']} ({meta['mode']})",
+        f"\nMachine: {meta['machine']}",
+        "\n## Ratios\n",
+        "| ratio | value |\n|---|---|",
+        *(f"| {k} | {_fmt(v, 3)} |" for k, v in results["ratios"].items()),
+        "\n## Serving points (medians of repeats)\n",
+        *_points_table(results["summary"]),
+        "\n## Cold start and server memory\n",
+        *_startup_lines(results),
+        "\n## Register to first prediction\n",
+        *_register_lines(results),
+        "\n## RSS after each configuration's load\n",
+        *_worker_lines(results),
+        "\n## In-process forward (samples/s, the limit)\n",
+        *_inprocess_lines(results),
+    ]
+    return "\n".join(parts) + "\n"

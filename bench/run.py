@@ -1,0 +1,322 @@
+"""Benchmark jupyter_serve against TorchServe 0.12 and the in-process limit, in one run.
+
+    python bench/run.py [--quick] [--no-torchserve] [--no-omp1] --out results.json
+
+Builds echo / mlp / cnn `.mar` files once with jupyter_serve's archiver and
+serves the SAME files from `jupyter serve` and from TorchServe 0.12.0 (its own
+venv, bench/.venv-ts, created on first use). For each model and configuration
+(batch1/1w, batch8-5ms/1w, batch8/2w) every server is registered (timed to the
+first good prediction), warmed up, then measured at each concurrency (closed
+loop; `--rate` adds an open-loop point), repeats interleaved server by server so
+the machine's noise falls on both. Full mode also runs both servers with
+OMP_NUM_THREADS=1 ("+omp1") for the 2-worker configuration. The load generator
+is pinned to the last core while it measures. Writes the JSON (every point, the
+medians in `summary`, `ratios`) and a markdown report beside it (`.md`).
+`--quick` (the CI smoke check) takes about two minutes without TorchServe.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import loadgen
+import report
+import servers
+import workloads
+
+CONFIGS = {"batch1/1w": (1, 5, 1), "batch8-5ms/1w": (8, 5, 1), "batch8/2w": (8, 5, 2)}
+OMP1 = {"OMP_NUM_THREADS": "1"}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How long and how often each point runs."""
+
+    concurrencies: tuple[int, ...]
+    repeats: int
+    seconds: float
+    cnn_seconds: float
+    warm_seconds: float
+    max_requests: int
+    inprocess_seconds: float
+    cnn_batches: str
+
+    @classmethod
+    def for_args(cls, args: argparse.Namespace) -> Plan:
+        if args.quick:
+            return cls((1, 32), 1, 1.0, 1.0, 0.3, 20_000, 0.3, "1,8")
+        return cls((1, 8, 32), args.repeats, args.seconds, 2 * args.seconds, 1.0, 200_000, 3.0,
+                   "1,8,32")  # fmt: skip
+
+
+@contextlib.contextmanager
+def pinned() -> Iterator[None]:
+    """Pin this thread (the load generator) to the last CPU while a point runs."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) > 1:
+        os.sched_setaffinity(0, {cpus[-1]})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, set(cpus))
+
+
+def target(server: servers.Server, workload: workloads.Workload) -> loadgen.Target:
+    url = server.predict_url(workload.model)
+    headers = tuple(server.headers.items())
+    return loadgen.Target(url, workload.body, workload.content_type, headers, workload.check)
+
+
+def measure(server: servers.Server, load: loadgen.Target, concurrency: int, seconds: float,
+            plan: Plan, rate: float | None = None) -> dict[str, Any]:  # fmt: skip
+    """One point: the load generator's summary plus machine load and server CPU."""
+    psutil.cpu_percent()
+    cpu_before = server.cpu_seconds()
+    with pinned():
+        if rate:
+            run = loadgen.open_loop(load, rate, concurrency, plan.max_requests, seconds)
+        else:
+            run = loadgen.closed_loop(load, concurrency, plan.max_requests, seconds)
+        tally = asyncio.run(run)
+    used = server.cpu_seconds() - cpu_before
+    point: dict[str, Any] = tally.summary()
+    point["cpu_percent"] = psutil.cpu_percent()
+    point["load1"] = round(os.getloadavg()[0], 2)
+    point["cpu_ms_per_req"] = round(1000 * used / point["ok"], 3) if point["ok"] else None
+    return point
+
+
+def first_prediction(load: loadgen.Target, limit: float = 120.0) -> None:
+    async def once() -> bool:
+        connection = loadgen.Connection(load)
+        try:
+            status, body = await connection.exchange()
+        finally:
+            connection.close()
+        return load.check(status, body)
+
+    deadline = time.perf_counter() + limit
+    while not asyncio.run(once()):
+        if time.perf_counter() > deadline:
+            raise RuntimeError(f"no good prediction from {load.url}")
+
+
+class Runner:
+    """Runs every point of one benchmark and collects the results."""
+
+    def __init__(self, args: argparse.Namespace, work: Path) -> None:
+        self.args = args
+        self.plan = Plan.for_args(args)
+        self.work = work
+        self.store = work / "store"
+        self.workloads = workloads.workloads()
+        self.servers: dict[str, servers.Server] = {}
+        self.results: dict[str, Any] = {
+            "meta": meta(args), "cold_start": {}, "idle_rss": {}, "baseline_rss": {},
+            "registers": [], "points": [], "rss": [], "inprocess": {},
+        }  # fmt: skip
+
+    def log(self, message: str) -> None:
+        print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+    def run(self) -> dict[str, Any]:
+        workloads.build_store(self.store)
+        try:
+            self.baseline()
+            self.start_servers()
+            for model in self.args.models.split(","):
+                for config in self.args.configs.split(","):
+                    self.run_config(model, config)
+        finally:
+            for server in self.servers.values():
+                server.stop()
+        self.inprocess()
+        self.results["summary"] = report.summarize(self.results["points"])
+        self.results["ratios"] = report.ratios(self.results)
+        return self.results
+
+    def baseline(self) -> None:
+        bare = servers.BareJupyter(self.work / "bare", self.store)
+        try:
+            bare.start()
+            self.results["baseline_rss"]["jupyter_server"] = servers.tree_rss(bare.server_pid)
+        finally:
+            bare.stop()
+
+    def start_servers(self) -> None:
+        kinds: list[tuple[str, dict[str, str]]] = [("", {})]
+        if self.args.omp1:
+            kinds.append(("+omp1", OMP1))
+        for suffix, env in kinds:
+            if self.args.torchserve:
+                bin_dir = servers.ensure_torchserve_venv(self.work / "venv-ts.log")
+                ts = servers.TorchServe(self.work / f"ts{suffix}", self.store, bin_dir, env)
+                self._start(f"torchserve{suffix}", ts)
+            js = servers.JupyterServe(self.work / f"js{suffix}", self.store, env)
+            self._start(f"jupyter_serve{suffix}", js)
+
+    def _start(self, name: str, server: servers.Server) -> None:
+        self.servers[name] = server
+        seconds = server.start()
+        self.results["cold_start"][name] = round(seconds, 3)
+        self.results["idle_rss"][name] = servers.tree_rss(server.server_pid)
+        self.log(f"{name} healthy after {seconds:.2f} s")
+
+    def participants(self, config: str) -> dict[str, servers.Server]:
+        if config == "batch8/2w":
+            return self.servers
+        return {name: s for name, s in self.servers.items() if not name.endswith("+omp1")}
+
+    def run_config(self, model: str, config: str) -> None:
+        chosen = self.participants(config)
+        loads = {name: target(s, self.workloads[model]) for name, s in chosen.items()}
+        for name, server in chosen.items():
+            self.register(name, server, loads[name], model, config)
+        for name, server in chosen.items():
+            measure(server, loads[name], 8, self.plan.warm_seconds, self.plan)
+        seconds = self.plan.cnn_seconds if model == "cnn" else self.plan.seconds
+        for concurrency in self.plan.concurrencies:
+            for repeat in range(self.plan.repeats):
+                order = list(chosen.items())
+                order = order[repeat % len(order) :] + order[: repeat % len(order)]
+                for name, server in order:
+                    self.point(name, server, loads[name], model, config, concurrency, seconds)
+        if self.args.rate and model == "echo":
+            for name, server in chosen.items():
+                self.point(name, server, loads[name], model, config, 32, seconds, self.args.rate)
+        for name, server in chosen.items():
+            usage = server.rss()
+            self.results["rss"].append({
+                "server": name, "model": model, "config": config,
+                "server_rss": usage["server"], "worker_rss": usage["workers"],
+            })  # fmt: skip
+            server.unregister(model)
+
+    def register(self, name: str, server: servers.Server, load: loadgen.Target,
+                 model: str, config: str) -> None:  # fmt: skip
+        batch, delay, workers = CONFIGS[config]
+        began = time.perf_counter()
+        register_s = server.register(model, batch, delay, workers)
+        first_prediction(load)
+        ready = time.perf_counter() - began
+        self.results["registers"].append({
+            "server": name, "model": model, "config": config,
+            "register_s": round(register_s, 3), "ready_s": round(ready, 3),
+        })  # fmt: skip
+        self.log(f"{name}: {model} {config} ready after {ready:.2f} s")
+
+    def point(self, name: str, server: servers.Server, load: loadgen.Target, model: str,
+              config: str, concurrency: int, seconds: float,
+              rate: float | None = None) -> None:  # fmt: skip
+        point = measure(server, load, concurrency, seconds, self.plan, rate)
+        labels = {"server": name, "model": model, "config": config, "concurrency": concurrency}
+        if rate:
+            labels["open_loop_rate"] = str(rate)
+        self.results["points"].append({**labels, **point})
+        self.log(f"{name} {model} {config} c{concurrency}: {point['rps']} req/s, "
+                 f"p50 {point['p50_ms']} ms, errors {point['errors']}")  # fmt: skip
+
+    def inprocess(self) -> None:
+        for model in ("mlp", "cnn"):
+            batches = self.plan.cnn_batches if model == "cnn" else "1,8,32"
+            runs = {"1 process, default threads": inprocess_run(model, batches, 0, 1, self.plan)}
+            if not self.args.quick:
+                runs["2 processes x 1 thread"] = inprocess_run(model, batches, 1, 2, self.plan)
+            self.results["inprocess"][model] = runs
+            self.log(f"in-process {model}: {runs}")
+
+
+def inprocess_run(model: str, batches: str, threads: int, processes: int,
+                  plan: Plan) -> dict[str, float]:  # fmt: skip
+    """Samples/s at each batch, summed over `processes` concurrent copies."""
+    script = Path(__file__).resolve().parent / "inprocess.py"
+    argv = [sys.executable, str(script), "--model", model, "--batches", batches,
+            "--threads", str(threads), "--seconds", str(plan.inprocess_seconds)]  # fmt: skip
+    children = [subprocess.Popen(argv, stdout=subprocess.PIPE) for _ in range(processes)]
+    total: dict[str, float] = {}
+    for child in children:
+        out, _ = child.communicate(timeout=600)
+        for batch, rate in json.loads(out)["samples_per_s"].items():
+            total[batch] = round(total.get(batch, 0.0) + rate, 1)
+    return total
+
+
+def meta(args: argparse.Namespace) -> dict[str, Any]:
+    import torch  # only for its version: the runner's venv is jupyter_serve's
+
+    cpu = platform.processor() or platform.machine()
+    memory = psutil.virtual_memory().total / (1 << 30)
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "mode": "quick" if args.quick else "full",
+        "machine": f"{os.cpu_count()} CPUs ({cpu}), {memory:.0f} GiB, Python "
+        f"{platform.python_version()}, torch {torch.__version__}, load at start "
+        f"{os.getloadavg()[0]:.2f}; shared and noisy: compare ratios, not absolutes",
+        "argv": sys.argv[1:],
+        "torchserve": args.torchserve,
+    }
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True, help="results JSON (a .md report goes beside it)")
+    parser.add_argument("--quick", action="store_true", help="CI smoke: short points, 1 repeat")
+    parser.add_argument("--no-torchserve", dest="torchserve", action="store_false")
+    parser.add_argument(
+        "--omp1",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="also run both servers with OMP_NUM_THREADS=1 (default: in full mode)",
+    )
+    parser.add_argument("--models", default="echo,mlp,cnn")
+    parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=3.0, help="per point (cnn: twice)")
+    parser.add_argument("--rate", type=float, help="add an open-loop echo point at this req/s")
+    parser.add_argument("--keep", action="store_true", help="keep the work folder (logs)")
+    args = parser.parse_args(argv)
+    if args.omp1 is None:
+        args.omp1 = not args.quick
+    if args.torchserve and not servers.java_available():
+        parser.error("TorchServe needs java on PATH (or pass --no-torchserve)")
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    work = Path(tempfile.mkdtemp(prefix="jupyter_serve_bench_"))
+    try:
+        results = Runner(args, work).run()
+    finally:
+        if args.keep:
+            print(f"work folder kept: {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    out = Path(args.out)
+    out.write_text(json.dumps(results, indent=1) + "\n")
+    text = report.markdown(results)
+    out.with_suffix(".md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

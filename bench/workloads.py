@@ -1,0 +1,100 @@
+"""The benchmark's models: their `.mar` files, request bodies and response checks.
+
+`build_store(folder)` archives `bench/handlers/` into `echo.mar`, `mlp.mar` and
+`cnn.mar` with jupyter_serve's own archiver; the SAME files are then registered
+on every server. `WORKLOADS` says, per model, what one request sends and how its
+answer is checked (echo: the exact body back; mlp: 10 finite logits; cnn: a
+class index in [0, 1000) and a probability).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jupyter_serve.archive import ArchiveSpec, build_mar
+
+HANDLERS = Path(__file__).resolve().parent / "handlers"
+MODELS = ("echo", "mlp", "cnn")
+ECHO_BYTES = 1024
+MLP_IN = 64
+CNN_FLOATS = 3 * 224 * 224
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One model: its request body, content type and answer check."""
+
+    model: str
+    body: bytes
+    content_type: str
+    check: Callable[[int, bytes], bool]
+
+
+def build_store(folder: Path) -> dict[str, Path]:
+    """Write the three .mar files into `folder`; returns {model: path}."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return {model: _build(model, folder) for model in MODELS}
+
+
+def _build(model: str, folder: Path) -> Path:
+    extra = () if model == "echo" else (str(HANDLERS / "nets.py"),)
+    spec = ArchiveSpec(
+        model_name=model,
+        version="1.0",
+        handler=str(HANDLERS / f"{model}_handler.py"),
+        extra_files=extra,
+        export_path=str(folder),
+        force=True,
+    )
+    return build_mar(spec)
+
+
+def _json(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None
+
+
+def _echo_check(sent: bytes) -> Callable[[int, bytes], bool]:
+    return lambda status, body: status == 200 and body == sent
+
+
+def _mlp_check(status: int, body: bytes) -> bool:
+    logits = _json(body)
+    return (
+        status == 200
+        and isinstance(logits, list)
+        and len(logits) == 10
+        and all(isinstance(x, float) and math.isfinite(x) for x in logits)
+    )
+
+
+def _cnn_check(status: int, body: bytes) -> bool:
+    answer = _json(body)
+    return (
+        status == 200
+        and isinstance(answer, dict)
+        and answer.get("class") in range(1000)
+        and 0.0 <= answer.get("score", -1.0) <= 1.0
+    )
+
+
+def workloads() -> dict[str, Workload]:
+    """Fixed, seeded bodies for each model."""
+    rng = random.Random(0)
+    echo = bytes(rng.getrandbits(8) for _ in range(ECHO_BYTES))
+    mlp = json.dumps([round(rng.uniform(-1, 1), 4) for _ in range(MLP_IN)]).encode()
+    image = struct.pack(f"{CNN_FLOATS}f", *(rng.random() for _ in range(CNN_FLOATS)))
+    return {
+        "echo": Workload("echo", echo, "application/octet-stream", _echo_check(echo)),
+        "mlp": Workload("mlp", mlp, "application/json", _mlp_check),
+        "cnn": Workload("cnn", image, "application/octet-stream", _cnn_check),
+    }
