@@ -2,9 +2,10 @@
 
 One `jupyter serve` subprocess (`serve_process.ServeProcess`) serves all four
 notebooks. Each notebook runs in a fresh `python3` kernel of this environment
-(nbclient), in a temporary working directory, with `JUPYTER_SERVE_URL` and
-`JUPYTER_SERVE_TOKEN` naming the server, as a kernel started elsewhere would be
-configured. A cell that raises fails the run (nbclient's `CellExecutionError`);
+(nbclient), in a temporary working directory. The quickstart's kernel finds the
+server as a kernel started by Jupyter does (the runtime file of its parent
+process); the others are told by `JUPYTER_SERVE_URL` and `JUPYTER_SERVE_TOKEN`,
+as in CI. A cell that raises fails the run (nbclient's `CellExecutionError`);
 cells tagged `check-*` are then asserted on by what they printed or displayed.
 The committed `.ipynb` files must be exactly what `notebooks/_build.py` writes.
 """
@@ -82,8 +83,13 @@ class Executed:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
-    process = ServeProcess(tmp_path_factory.mktemp("notebooks-server"))
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("notebooks-server")
+
+
+@pytest.fixture(scope="module")
+def server(root: Path) -> Iterator[ServeProcess]:
+    process = ServeProcess(root)
     try:
         yield process.start()
     finally:
@@ -91,13 +97,37 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
 
 
 @pytest.fixture(scope="module")
-def kernel_env(server: ServeProcess) -> dict[str, str]:
-    """The kernel's environment: this one, naming the test server, not a parent Jupyter."""
+def base_env() -> dict[str, str]:
+    """This environment, without any parent Jupyter's variables; checks the kernelspec."""
     spec = KernelSpecManager().get_kernel_spec(KERNEL)
     runs_here = spec.argv[0] in ("python", "python3", sys.executable)
     assert runs_here, f"kernel {KERNEL!r} runs {spec.argv[0]}; run `ipykernel install --sys-prefix`"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JPY_")}
-    return {**env, URL_ENV: server.url, TOKEN_ENV: TOKEN}
+    return {k: v for k, v in os.environ.items() if not k.startswith("JPY_")}
+
+
+@pytest.fixture(scope="module")
+def kernel_env(base_env: dict[str, str], server: ServeProcess) -> dict[str, str]:
+    """A kernel told where the server is, as in CI or a kernel outside Jupyter."""
+    return {**base_env, URL_ENV: server.url, TOKEN_ENV: TOKEN}
+
+
+@pytest.fixture(scope="module")
+def child_kernel_env(
+    base_env: dict[str, str],
+    server: ServeProcess,
+    root: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, str]:
+    """A kernel as a Jupyter server starts it: only the runtime file of its parent names it.
+
+    The kernel's parent is this process (jupyter_client sets `JPY_PARENT_PID` to the
+    launcher's pid), so the server's own runtime file is published under our pid.
+    """
+    served = root / ".jupyter-runtime" / f"jpserver-{server.process.pid}.json"
+    runtime = tmp_path_factory.mktemp("kernel-runtime")
+    (runtime / f"jpserver-{os.getpid()}.json").write_text(served.read_text())
+    env = {k: v for k, v in base_env.items() if k not in (URL_ENV, TOKEN_ENV)}
+    return {**env, "JUPYTER_RUNTIME_DIR": str(runtime)}
 
 
 def execute(name: str, env: dict[str, str], workdir: Path) -> Executed:
@@ -158,9 +188,11 @@ def test_build_reads_code_blocks_tags_and_cell_splits() -> None:
 # ---- the notebooks --------------------------------------------------------------------
 
 
-def test_quickstart(server: ServeProcess, kernel_env: dict[str, str], tmp_path: Path) -> None:
-    run = execute("01_quickstart", kernel_env, tmp_path)
-    assert "(found through environment): Healthy" in run.text("check-connect")
+def test_quickstart(server: ServeProcess, child_kernel_env: dict[str, str], tmp_path: Path) -> None:
+    run = execute("01_quickstart", child_kernel_env, tmp_path)
+    connected = run.text("check-connect")
+    assert f"server {server.url} (found through runtime file jpserver-" in connected
+    assert connected.endswith(": Healthy\n")
     assert "Handler 'celsius': class Converter in handler.py" in run.text("check-handler")
     tried = run.text("check-try")
     assert "celsius: model ready" in tried  # the handler's own print, shown in the notebook
