@@ -294,6 +294,11 @@ class TorchServe(Server):
     def write_config(self) -> Path:
         lines = [f"{kind}_address=http://127.0.0.1:{port}" for kind, port in self.ports.items()]
         lines += ["metrics_mode=prometheus", f"model_store={self.store}"]
+        # gRPC would bind 7070/7071 on every instance: give each its own free ports.
+        lines += [f"grpc_{kind}_port={free_port()}" for kind in ("inference", "management")]
+        # The frontend's worker sockets live in java.io.tmpdir: a private one per instance.
+        lines.append(f"vmargs=-Djava.io.tmpdir={self.folder / 'tmp'}")
+        (self.folder / "tmp").mkdir(exist_ok=True)
         config = self.folder / "config.properties"
         config.write_text("\n".join(lines) + "\n")
         return config
