@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mar_builder import build_handler_mar
 
 from jupyter_serve.app import ServeApp
-from jupyter_serve.archive import ArchiveSpec, build_mar
 from jupyter_serve.models import RegisterParams
 from jupyter_serve.startup import model_identity, startup_workers
 
@@ -30,22 +30,8 @@ HANG_GUARD = 60.0  # seconds; only stops a broken start from hanging the suite
 
 
 def build(store: Path, name: str, version: str = "1.0", config: str | None = None) -> str:
-    """`<name>.mar` with an echo handler (and a model-config.yaml) in `store`."""
-    src = store.parent / f"src-{name}-{version}"
-    src.mkdir(parents=True, exist_ok=True)
-    (src / "echo.py").write_text(ECHO)
-    config_file = None
-    if config is not None:
-        (src / "model-config.yaml").write_text(config)
-        config_file = str(src / "model-config.yaml")
-    spec = ArchiveSpec(
-        model_name=name,
-        handler=str(src / "echo.py"),
-        version=version,
-        export_path=str(store),
-        config_file=config_file,
-    )
-    return build_mar(spec).name
+    """`<name>.mar` with this module's handler (and a model-config.yaml) in `store`."""
+    return build_handler_mar(store, name, ECHO, version=version, module="echo", config=config)
 
 
 @pytest.fixture

@@ -21,9 +21,8 @@ from typing import Any
 
 import httpx
 import pytest
+from mar_builder import build_handler_mar
 from serve_process import ServeProcess, alive
-
-from jupyter_serve.archive import ArchiveSpec, build_mar
 
 # Echoes each row; {"ask": "batch"} reports the batch size and the worker's pid;
 # {"fifo": path} writes the pid to that FIFO and then hangs (until killed).
@@ -51,21 +50,10 @@ STRICT_BATCHES = "batchSize: 4\nmaxBatchDelay: 60000\njupyter_serve:\n  batchPol
 
 
 def build(store: Path, name: str, version: str = "1.0", config: str | None = None) -> str:
-    src = store.parent / f"src-{name}-{version}"
-    src.mkdir(parents=True, exist_ok=True)
-    (src / "e2e_echo.py").write_text(HANDLER)
-    config_file = None
-    if config is not None:
-        (src / "model-config.yaml").write_text(config)
-        config_file = str(src / "model-config.yaml")
-    spec = ArchiveSpec(
-        model_name=name,
-        version=version,
-        handler=str(src / "e2e_echo.py"),
-        export_path=str(store),
-        config_file=config_file,
+    """`<name>.mar` with this module's handler (and a model-config.yaml) in `store`."""
+    return build_handler_mar(
+        store, name, HANDLER, version=version, module="e2e_echo", config=config
     )
-    return build_mar(spec).name
 
 
 @pytest.fixture(scope="module")

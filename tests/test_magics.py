@@ -48,6 +48,19 @@ def shell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Interacti
     InteractiveShell.clear_instance()
 
 
+@pytest.fixture
+def server_url(
+    jp_serverapp: Any, http_server_client: Any, jp_http_port: int, jp_base_url: str
+) -> tuple[str, str]:
+    """The in-process Jupyter server's URL and token (it answers while the test awaits)."""
+    return f"http://localhost:{jp_http_port}{jp_base_url}", jp_serverapp.identity_provider.token
+
+
+async def connect(shell: InteractiveShell, server_url: tuple[str, str]) -> None:
+    url, token = server_url
+    await asyncio.to_thread(shell.run_line_magic, "serve", f"connect {url} --token {token}")
+
+
 def test_handler_cell_is_written_resolved_and_tried_in_the_kernel(
     shell: InteractiveShell, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -148,31 +161,18 @@ def test_mar_build_takes_the_archiver_flags(shell: InteractiveShell, tmp_path: P
 
 
 async def test_serve_connect_reaches_a_real_server(
-    shell: InteractiveShell,
-    jp_serverapp: Any,
-    http_server_client: Any,
-    jp_http_port: int,
-    jp_base_url: str,
-    capsys: pytest.CaptureFixture[str],
+    shell: InteractiveShell, server_url: tuple[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    token = jp_serverapp.identity_provider.token
-    url = f"http://localhost:{jp_http_port}{jp_base_url}"
-    await asyncio.to_thread(shell.run_line_magic, "serve", f"connect {url} --token {token}")
+    await connect(shell, server_url)
     assert "Healthy" in capsys.readouterr().out
 
 
 async def test_serve_dashboard_polls_the_connected_server_until_closed(
-    shell: InteractiveShell,
-    jp_serverapp: Any,
-    http_server_client: Any,
-    jp_http_port: int,
-    jp_base_url: str,
+    shell: InteractiveShell, server_url: tuple[str, str]
 ) -> None:
     from jupyter_serve.widgets import ModelDashboard
 
-    token = jp_serverapp.identity_provider.token
-    url = f"http://localhost:{jp_http_port}{jp_base_url}"
-    await asyncio.to_thread(shell.run_line_magic, "serve", f"connect {url} --token {token}")
+    await connect(shell, server_url)
     dashboard = shell.run_line_magic("serve", "dashboard --interval 3600")
     assert isinstance(dashboard, ModelDashboard)
     assert dashboard.poller.running
@@ -192,20 +192,14 @@ def handle(data, context):
 
 
 async def test_handler_serve_predict_logs_and_unregister_against_a_real_server(
-    shell: InteractiveShell,
-    jp_serverapp: Any,
-    http_server_client: Any,
-    jp_http_port: int,
-    jp_base_url: str,
-    capsys: pytest.CaptureFixture[str],
+    shell: InteractiveShell, server_url: tuple[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     def magic(kind: str, line: str, cell: str | None = None) -> Any:
         if cell is None:
             return asyncio.to_thread(shell.run_line_magic, kind, line)
         return asyncio.to_thread(shell.run_cell_magic, kind, line, cell)
 
-    token = jp_serverapp.identity_provider.token
-    await magic("serve", f"connect http://localhost:{jp_http_port}{jp_base_url} --token {token}")
+    await connect(shell, server_url)
     await magic("handler", "echo --serve --workers 1 --batch-size 2", ECHO)
     out = capsys.readouterr().out
     assert 'Model "echo" Version: 1.0 registered with 1 initial workers' in out
