@@ -230,15 +230,23 @@ class ServeMagics(Magics):
     def _serve_folder(self, folder: HandlerFolder, args: argparse.Namespace) -> None:
         mar = workspace.build_handler_mar(folder, folder.path.parent / "model_store")
         print(f"Built {mar}; starting {args.workers} worker(s)...")
-        self._register(
-            str(mar.resolve()), folder.name, model_name=folder.name, batch_size=args.batch_size,
-            max_batch_delay=args.max_batch_delay, initial_workers=args.workers,
-        )  # fmt: skip
+        params = {
+            "model_name": folder.name,
+            "batch_size": args.batch_size,
+            "max_batch_delay": args.max_batch_delay,
+            "initial_workers": args.workers,
+        }
+        if self._register(str(mar.resolve()), folder.name, **params) == 409:
+            # Re-running the cell is the edit loop: the cell replaces the version it serves.
+            print(f"Replacing the served {folder.name} {folder.version} with this cell...")
+            self.client.unregister(folder.name, folder.version)
+            self._register(str(mar.resolve()), folder.name, **params)
 
-    def _register(self, url: str, name: str, **params: Any) -> None:
+    def _register(self, url: str, name: str, **params: Any) -> int:
         """Register synchronously, streaming the workers' output while they load.
 
         On failure the rest of that output (the worker's traceback) follows the error.
+        Returns the HTTP status (409: this name and version are already registered).
         """
         follower = LogFollower(self.client, name)
         outcome: dict[str, Any] = {}
@@ -251,11 +259,13 @@ class ServeMagics(Magics):
         follower.print_new()
         error = outcome.get("error")
         if isinstance(error, ServeClientError):
-            print(f"Register failed: HTTP {error.status} {error.message}")
-            return
+            if error.status != 409:  # a conflict is for the caller to resolve
+                print(f"Register failed: HTTP {error.status} {error.message}")
+            return error.status
         if error is not None:
             raise error
         print(outcome["result"].get("status", outcome["result"]))
+        return 200
 
     def _print_logs(self, name: str, version: str | None, lines: int) -> None:
         try:
@@ -298,9 +308,8 @@ class ServeMagics(Magics):
         outcome = workspace.try_handler(folder.path, workspace.make_request(*request_body(args)))
         if outcome.result is not None:
             show_result(outcome.result)
-        else:
+        else:  # the traceback is already on the cell's stderr: the worker code printed it
             print(f"HTTP {outcome.status}: {outcome.error.get('message')}")
-            print(outcome.error.get("traceback", ""))
         return outcome
 
     def _serve_predict(self, args: argparse.Namespace, explain: bool = False) -> None:
@@ -326,11 +335,13 @@ class ServeMagics(Magics):
 
     def _serve_register(self, args: argparse.Namespace) -> None:
         name = args.model_name or Path(args.url).name.split(".", 1)[0]
-        self._register(
+        status = self._register(
             args.url, name, model_name=args.model_name, handler=args.handler,
             batch_size=args.batch_size, max_batch_delay=args.max_batch_delay,
             initial_workers=args.workers,
         )  # fmt: skip
+        if status == 409:
+            print(f"Register failed: {name} is already registered with that version.")
 
     def _serve_logs(self, args: argparse.Namespace) -> None:
         self._print_logs(args.name, args.version, args.lines)
@@ -345,15 +356,11 @@ class ServeMagics(Magics):
         print(self.client.unregister(args.name, args.version).get("status"))
 
     def _serve_list(self, args: argparse.Namespace) -> list[dict[str, Any]]:
-        models = self.client.list_models()
-        for model in models:
-            print(f"{model['modelName']}  {model['modelUrl']}")
-        return models
+        """The models (IPython shows the value; `x = %serve list` keeps it quietly)."""
+        return self.client.list_models()
 
     def _serve_describe(self, args: argparse.Namespace) -> list[Any]:
-        described = self.client.describe(args.name, args.version)
-        print(json.dumps(described, indent=2))
-        return described
+        return self.client.describe(args.name, args.version)
 
 
 def load_ipython_extension(ipython: Any) -> None:

@@ -140,6 +140,12 @@ class TryResult:
             return self.result.status
         return int(str(self.error.get("status", 500)))
 
+    def __repr__(self) -> str:
+        # Short: the magic has already shown the response (a cell's last line echoes this).
+        if self.result is not None:
+            return f"<TryResult {self.status}, {len(self.result.body)} bytes>"
+        return f"<TryResult {self.status}: {self.error.get('message')}>"
+
 
 def make_request(body: bytes, content_type: str, request_id: str = "try-0") -> InferenceRequest:
     """A one-parameter request as a route builds it for a raw body."""

@@ -121,10 +121,11 @@ def test_failing_handler_shows_the_status_and_traceback(
     source = "def handle(data, context):\n    if data is None:\n        return\n    1 / 0\n"
     shell.run_cell_magic("handler", "boom", source)
     outcome = shell.run_line_magic("serve", "try boom x")
-    out = capsys.readouterr().out
+    shown = capsys.readouterr()
     assert outcome.status == 503
-    assert "Prediction failed" in out
-    assert "ZeroDivisionError" in out
+    assert "HTTP 503: Prediction failed" in shown.out
+    assert (shown.out + shown.err).count("ZeroDivisionError: division by zero") == 1
+    assert repr(outcome) == "<TryResult 503: Prediction failed>"
 
 
 def test_unresolvable_handler_is_explained_and_class_picks_one(
@@ -202,6 +203,11 @@ async def test_handler_serve_predict_logs_and_unregister_against_a_real_server(
     await connect(shell, server_url)
     await magic("handler", "echo --serve --workers 1 --batch-size 2", ECHO)
     out = capsys.readouterr().out
+    assert 'Model "echo" Version: 1.0 registered with 1 initial workers' in out
+
+    await magic("handler", "echo --serve --workers 1 --batch-size 2", ECHO)  # the cell re-run
+    out = capsys.readouterr().out
+    assert "Replacing the served echo 1.0 with this cell..." in out
     assert 'Model "echo" Version: 1.0 registered with 1 initial workers' in out
 
     await magic("serve", "predict echo hello")
