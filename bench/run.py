@@ -140,6 +140,7 @@ class Runner:
 
     def run(self) -> dict[str, Any]:
         workloads.build_store(self.store)
+        self.inprocess("before serving")
         try:
             self.baseline()
             self.start_servers()
@@ -149,7 +150,7 @@ class Runner:
         finally:
             for server in self.servers.values():
                 server.stop()
-        self.inprocess()
+        self.inprocess("after serving")
         self.results["summary"] = report.summarize(self.results["points"])
         self.results["ratios"] = report.ratios(self.results)
         return self.results
@@ -235,14 +236,21 @@ class Runner:
         self.log(f"{name} {model} {config} c{concurrency}: {point['rps']} req/s, "
                  f"p50 {point['p50_ms']} ms, errors {point['errors']}")  # fmt: skip
 
-    def inprocess(self) -> None:
+    def inprocess(self, when: str) -> None:
+        """The limit, taken before and after the serving points (the best one counts)."""
+        if self.args.quick and when == "after serving":
+            return
         for model in ("mlp", "cnn"):
             batches = self.plan.cnn_batches if model == "cnn" else "1,8,32"
-            runs = {"1 process, default threads": inprocess_run(model, batches, 0, 1, self.plan)}
+            runs = self.results["inprocess"].setdefault(model, {})
+            runs[f"1 process, default threads, {when}"] = inprocess_run(
+                model, batches, 0, 1, self.plan
+            )
             if not self.args.quick:
-                runs["2 processes x 1 thread"] = inprocess_run(model, batches, 1, 2, self.plan)
-            self.results["inprocess"][model] = runs
-            self.log(f"in-process {model}: {runs}")
+                runs[f"2 processes x 1 thread, {when}"] = inprocess_run(
+                    model, batches, 1, 2, self.plan
+                )
+            self.log(f"in-process {model} {when}: {runs}")
 
 
 def inprocess_run(model: str, batches: str, threads: int, processes: int,

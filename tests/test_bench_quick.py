@@ -1,0 +1,124 @@
+"""The benchmark's CI smoke check: `bench/run.py --quick --no-torchserve` completes and reports.
+
+No thresholds: it checks that every jupyter_serve point ran with zero errors,
+that the ratios the issue names are all present (TorchServe's null without it),
+that the markdown report is written and that nothing is left running. A small
+loopback server also checks the load generator's HTTP parsing and error counts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import psutil
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+sys.path.insert(0, str(BENCH))
+
+import loadgen  # noqa: E402
+
+RATIOS = (
+    "echo_c32_rps_vs_torchserve",
+    "echo_c1_p50_vs_torchserve",
+    "cnn_b8_vs_inprocess",
+    "cnn_b8_rps_vs_torchserve",
+    "register_ready_vs_torchserve",
+    "server_rss_vs_torchserve_jvm",
+)
+
+
+def leftovers(folder: Path) -> list[int]:
+    """Processes whose command line or working folder lies under `folder`."""
+    found = []
+    for process in psutil.process_iter(["pid", "cmdline", "cwd"]):
+        text = " ".join(process.info["cmdline"] or []) + " " + (process.info["cwd"] or "")
+        if str(folder) in text and process.pid != os.getpid():
+            found.append(process.pid)
+    return found
+
+
+def test_quick_run_without_torchserve_reports_every_point(tmp_path: Path) -> None:
+    out = tmp_path / "tmp.json"
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    argv = [sys.executable, str(BENCH / "run.py"), "--quick", "--no-torchserve", "--out", str(out)]
+    subprocess.run(argv, check=True, env=env, cwd=tmp_path, capture_output=True, timeout=600)
+    results = json.loads(out.read_text())
+    seen = {(p["server"], p["model"], p["config"], p["concurrency"]) for p in results["points"]}
+    for model in ("echo", "mlp", "cnn"):
+        for config in ("batch1/1w", "batch8-5ms/1w", "batch8/2w"):
+            for concurrency in (1, 32):
+                assert ("jupyter_serve", model, config, concurrency) in seen
+    assert all(p["errors"] == 0 and p["ok"] > 0 for p in results["points"])
+    assert {p["server"] for p in results["points"]} == {"jupyter_serve"}
+    ratios = results["ratios"]
+    assert set(RATIOS) <= set(ratios)
+    assert ratios["echo_c32_rps_vs_torchserve"] is None
+    assert ratios["cnn_b8_vs_inprocess"] > 0
+    assert results["inprocess"]["cnn"]["1 process, default threads, before serving"]["8"] > 0
+    assert results["cold_start"]["jupyter_serve"] > 0
+    assert len(results["registers"]) == 9
+    report = out.with_suffix(".md").read_text()
+    assert "| cnn_b8_vs_inprocess |" in report
+    assert "| echo | batch8/2w | 32 | jupyter_serve |" in report
+    assert leftovers(tmp_path) == []
+
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+async def serve_and_load(handler: Handler, target_body: bytes, requests: int) -> loadgen.Tally:
+    server = await asyncio.start_server(handler, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    check = lambda status, body: status == 200 and body == target_body  # noqa: E731
+    target = loadgen.Target(f"http://127.0.0.1:{port}/p", b"ping", check=check)
+    async with server:
+        return await loadgen.closed_loop(target, 2, requests, 30.0)
+
+
+async def read_request(reader: asyncio.StreamReader) -> bytes:
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+    return await reader.readexactly(length)
+
+
+def test_loadgen_reads_chunked_answers_and_counts_bad_bodies() -> None:
+    answers = iter([b"good", b"bad!"] * 10)
+
+    async def chunked(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while not reader.at_eof():
+            try:
+                assert await read_request(reader) == b"ping"
+            except asyncio.IncompleteReadError:
+                break
+            body = next(answers)
+            writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+            writer.write(b"2\r\n" + body[:2] + b"\r\n2\r\n" + body[2:] + b"\r\n0\r\n\r\n")
+            await writer.drain()
+        writer.close()
+
+    tally = asyncio.run(serve_and_load(chunked, b"good", 20))
+    summary = tally.summary()
+    assert (summary["ok"], summary["errors"]) == (10, 10)
+    assert "bad!" in str(summary["first_error"])
+
+
+def test_loadgen_counts_error_statuses_and_stops_at_the_request_bound() -> None:
+    async def refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while not reader.at_eof():
+            try:
+                await read_request(reader)
+            except asyncio.IncompleteReadError:
+                break
+            writer.write(b"HTTP/1.1 503 No\r\nContent-Length: 2\r\n\r\nno")
+            await writer.drain()
+        writer.close()
+
+    summary = asyncio.run(serve_and_load(refuse, b"", 7)).summary()
+    assert (summary["requests"], summary["ok"], summary["errors"]) == (7, 0, 7)
+    assert summary["p50_ms"] is None
