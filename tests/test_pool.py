@@ -26,6 +26,7 @@ from jupyter_serve.pool import (
     WorkerPool,
     WorkerState,
 )
+from jupyter_serve.pool.pool import cpu_threads_per_worker
 from jupyter_serve.protocol import InferenceRequest, InferenceResult, Parameter
 
 T = TypeVar("T")
@@ -555,6 +556,30 @@ def test_worker_gets_pythonpath_and_torch_threads(
     assert entries[0] == str(Path(__file__).resolve().parent.parent)
     assert entries[1] == str(deps)
     assert argv[-2:] == ["--torch-threads", "3"]
+
+
+def test_cpu_workers_share_the_cores_unless_torch_threads_is_set(
+    make_spec: Callable[..., ModelSpec], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+
+    async def main() -> list[tuple[list[str], str]]:
+        pool = make_pool(make_spec())
+        await pool.scale(2)
+        seen = []
+        for rid in ("a", "b"):  # one request per worker: each answers with its own view
+            argv = await ask(pool, rid, **{"x-info": "argv"})
+            omp = await ask(pool, rid + "e", **{"x-info": "env:OMP_NUM_THREADS"})
+            seen.append((json.loads(argv.body), json.loads(omp.body)))
+        await pool.stop()
+        return seen
+
+    for argv, omp in run(main()):
+        assert argv[-2:] == ["--torch-threads", "2"]  # 4 cores / 2 workers
+        assert omp == "2"
+    assert cpu_threads_per_worker(3, cores=2) == 1
+    assert cpu_threads_per_worker(1, cores=2) == 2
 
 
 def test_worker_output_goes_to_the_log_and_the_ring_buffer(

@@ -95,8 +95,10 @@ class SubprocessWorker:
         gpu_id: int | None = None,
         env: Mapping[str, str] | None = None,
         on_exit: Callable[[SubprocessWorker], None] | None = None,
+        torch_threads: int | None = None,
     ) -> None:
         self.spec = spec
+        self.torch_threads = torch_threads or spec.torch_threads
         self.id = next_worker_id()
         self.gpu_id = gpu_id
         self.state = WorkerState.STARTING
@@ -163,8 +165,8 @@ class SubprocessWorker:
 
     def _argv(self, fd: int) -> list[str]:
         argv = [*self._command, "--fd", str(fd)]
-        if self.spec.torch_threads:
-            argv += ["--torch-threads", str(self.spec.torch_threads)]
+        if self.torch_threads:
+            argv += ["--torch-threads", str(self.torch_threads)]
         return argv
 
     def _environment(self) -> dict[str, str]:
@@ -176,6 +178,9 @@ class SubprocessWorker:
             paths.append(env["PYTHONPATH"])
         env["PYTHONPATH"] = os.pathsep.join(paths)
         env["PYTHONUNBUFFERED"] = "1"  # handler prints reach the log line by line
+        if self.torch_threads:  # OpenMP/MKL pools sized before torch starts (a user's own wins)
+            env.setdefault("OMP_NUM_THREADS", str(self.torch_threads))
+            env.setdefault("MKL_NUM_THREADS", str(self.torch_threads))
         env.update(self._extra_env)
         return env
 
