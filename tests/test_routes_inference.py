@@ -250,3 +250,23 @@ async def test_inference_routes_refuse_requests_without_credentials(
                               body=b"" if method == "POST" else None,
                               headers={"Authorization": ""})  # fmt: skip
         assert response.code == 403
+
+
+async def test_predictions_skip_the_login_cookie_and_the_access_log_of_successes(
+    jp_fetch: Fetch, jp_serverapp: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    await register(jp_serverapp)
+    caplog.set_level("DEBUG")
+    ping = await jp_fetch("serve", "ping")  # an ordinary route: jupyter_server's behaviour
+    assert "Set-Cookie" in ping.headers
+    answer = await jp_fetch("serve", "predictions", "probe", method="POST", body=b"x",
+                            headers=raw())  # fmt: skip
+    assert answer.code == 200
+    assert "Set-Cookie" not in answer.headers  # API clients never send it back
+    failed = await fail(jp_fetch, "serve", "predictions", "nope", method="POST", body=b"x",
+                        headers=raw())  # fmt: skip
+    assert failed.code == 404
+    logged = [r.getMessage() for r in caplog.records]
+    assert any("GET" in m and "/serve/ping" in m for m in logged)
+    assert not any("200 POST" in m and "/serve/predictions/probe" in m for m in logged)
+    assert any("404 POST" in m and "/serve/predictions/nope" in m for m in logged)
