@@ -124,6 +124,11 @@ class ModelRegistry:
         found = [model for (model_name, _), model in self._models.items() if model_name == name]
         return sorted(found, key=lambda model: model.version)
 
+    def only_startup_model(self) -> str | None:
+        """The name of the one model loaded at startup, when exactly one was (`invocations`)."""
+        names = {model.name for model in self._models.values() if model.loaded_at_startup}
+        return names.pop() if len(names) == 1 else None
+
     def default_version(self, name: str) -> str:
         return self.get(name).version
 

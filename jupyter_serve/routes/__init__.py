@@ -13,7 +13,7 @@ from typing import Any
 from tornado import web
 
 from ..errors import ResourceNotFound
-from . import inference, kserve, management, metrics, openapi
+from . import aliases, inference, kserve, management, metrics, openapi
 from .base import NOT_FOUND_MESSAGE, ServeRoute
 
 
@@ -29,9 +29,11 @@ class NotFoundRoute(ServeRoute):
 
 ROUTES: list[tuple[str, type[Any]]] = [
     *inference.ROUTES,
+    *aliases.ROUTES,
     *management.ROUTES,
     *metrics.ROUTES,
     *kserve.ROUTES,
     *openapi.ROUTES,
+    *aliases.LEGACY_ROUTES,
     (r".*", NotFoundRoute),
 ]

@@ -61,14 +61,16 @@ _PARAMS: dict[str, tuple[str, str, str]] = {
     "name[]": ("query", "string", "Names of the metrics to return (repeatable)."),
     "format": ("query", "string", "`json`: the dashboard's figures instead of Prometheus text."),
     "lines": ("query", "integer", "How many of the newest output lines to return."),
+    "model_name@query": ("query", "string", "Name of model (else the one startup model)."),
 }
+"""Keys are parameter names; `name@where` tells two parameters of one name apart."""
 
 
 def _op(operation_id: str, description: str, params: tuple[str, ...] = (), **extra: Any) -> Any:
     parameters = [
         {
             "in": _PARAMS[name][0],
-            "name": name,
+            "name": name.split("@", 1)[0],
             "description": _PARAMS[name][2],
             "required": _PARAMS[name][0] == "path" and name != "url_path",
             "schema": {"type": _PARAMS[name][1]},
@@ -121,6 +123,20 @@ def _paths() -> dict[str, dict[str, Any]]:
         "/explanations/{model_name}": _predict("explanations", "Explain a prediction.", _M),
         "/explanations/{model_name}/{model_version}": _predict(
             "version_explanations", "Explain a prediction of a version.", _MV
+        ),
+        "/invocations": _predict(
+            "invocations",
+            "SageMaker-style prediction; query args reach the handler.",
+            ("model_name@query",),
+        ),
+        "/models/{model_name}/invoke": _predict(
+            "invoke", "SageMaker-style prediction; query args reach the handler.", _M
+        ),
+        "/{model_name}/predict": _predict(
+            "legacyPredict", "Legacy MMS prediction; query args reach the handler.", _M
+        ),
+        "/{model_name}/{model_version}/predict": _predict(
+            "legacyVersionPredict", "Legacy MMS prediction of a version.", _MV
         ),
         "/v1/models/{model_name}:predict": {
             "post": _op("kserveV1Predict", "KServe v1: {instances} in, {predictions} out.", _M)
