@@ -46,11 +46,27 @@ async def test_v1_instances_are_batch_rows_and_come_back_as_predictions(
 async def test_v1_malformed_envelope_and_unknown_model(jp_fetch: Fetch, jp_serverapp: Any) -> None:
     await register(jp_serverapp)
     with pytest.raises(HTTPClientError) as bad:
-        await post_json(jp_fetch, "v1", "models", "probe:predict", data={"nope": 1})
+        await post_json(jp_fetch, "v1", "models", "probe:predict", data={"instances": 1})
     assert bad.value.code == 400
     with pytest.raises(HTTPClientError) as missing:
         await post_json(jp_fetch, "v1", "models", "nobody:predict", data={"instances": []})
     assert missing.value.code == 404
+
+
+async def test_a_body_without_envelope_is_served_as_torchserve_without_service_envelope(
+    jp_fetch: Fetch, jp_serverapp: Any
+) -> None:
+    await register(jp_serverapp)
+    for path in ("v1/models/probe:predict", "v2/models/probe/infer"):
+        echoed = await jp_fetch(
+            "serve", *path.split("/"), method="POST", body=b"raw bytes",
+            headers={"Content-Type": "application/octet-stream"},
+        )  # fmt: skip
+        assert (echoed.code, echoed.body) == (200, b"raw bytes"), path
+    seen = await post_json(jp_fetch, "v1", "models", "probe:explain", data={"a": 1}, mode="seen")
+    assert (seen["row"], seen["explain"]) == ({"body": {"a": 1}}, "True")
+    seen = await post_json(jp_fetch, "v2", "models", "probe", "infer", data=[1], mode="seen")
+    assert (seen["row"], seen["explain"]) == ({"body": [1]}, "False")
 
 
 async def test_v1_model_ready(jp_fetch: Fetch, jp_serverapp: Any) -> None:

@@ -16,6 +16,11 @@ Here the route does it, so every model answers these routes without a setting:
 Items go through the model's batcher one by one, so they batch with other
 traffic up to the model's batch size. A handler output that is JSON is used
 as the value; other text as a string. A malformed envelope is a 400.
+
+A body that is no envelope at all (not JSON, or without `instances` / `inputs`)
+is served as TorchServe serves these routes without `service_envelope`: the
+body is the handler's one row, the `explain` header is set, and the handler's
+answer goes back as is, so handlers written for plain TorchServe keep working.
 """
 
 from __future__ import annotations
@@ -38,14 +43,19 @@ JSON_TYPE = "application/json"
 VERSIONING = "Model versioning is not yet supported."
 
 
-def _json_body(body: bytes, key: str) -> tuple[dict[str, Any], list[Any]]:
-    """The parsed envelope and its `key` list; 400 when either is missing."""
+def _envelope(body: bytes, key: str) -> tuple[dict[str, Any], list[Any]] | None:
+    """The parsed envelope and its `key` list; None when the body is no envelope at all.
+
+    A JSON object whose `key` is not a list is a malformed envelope: 400.
+    """
     try:
         data = json.loads(body or b"null")
-    except ValueError as exc:
-        raise BadRequest(f"Invalid JSON body: {exc}") from exc
-    if not isinstance(data, dict) or not isinstance(data.get(key), list):
-        raise BadRequest(f'The request body must be a JSON object with a "{key}" list.')
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or key not in data:
+        return None
+    if not isinstance(data[key], list):
+        raise BadRequest(f'The "{key}" of the request body must be a list.')
     return data, data[key]
 
 
@@ -136,6 +146,13 @@ class KServeRoute(InferenceRoute):
             return None
         return [_output_value(result.body) for result in results]
 
+    async def pass_through(self, name: str, explain: bool) -> None:
+        """No envelope: the request and the answer as TorchServe without `service_envelope`."""
+        model = self.serving_model(name, None)
+        request = to_inference_request(self.request, self.request_id, explain=explain)
+        [result] = await self.run(model, [request])
+        self.send_result(result)
+
 
 class V1InferRoute(KServeRoute):
     """`POST v1/models/{m}:predict` and `:explain`."""
@@ -143,9 +160,12 @@ class V1InferRoute(KServeRoute):
     @web.authenticated
     async def post(self, name: str, action: str) -> None:
         self.check_request_size()
-        _, instances = _json_body(self.request.body, "instances")
         explain = action == "explain"
-        outputs = await self.run_items(name, instances, explain)
+        envelope = _envelope(self.request.body, "instances")
+        if envelope is None:
+            await self.pass_through(name, explain)
+            return
+        outputs = await self.run_items(name, envelope[1], explain)
         if outputs is not None:
             self.write_json({"explanations" if explain else "predictions": outputs})
 
@@ -156,7 +176,11 @@ class V2InferRoute(KServeRoute):
     @web.authenticated
     async def post(self, name: str, action: str) -> None:
         self.check_request_size()
-        data, inputs = _json_body(self.request.body, "inputs")
+        envelope = _envelope(self.request.body, "inputs")
+        if envelope is None:
+            await self.pass_through(name, action == "explain")
+            return
+        data, inputs = envelope
         rows = [_input_row(tensor) for tensor in inputs]
         outputs = await self.run_items(name, rows, action == "explain")
         if outputs is None:
