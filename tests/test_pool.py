@@ -735,3 +735,23 @@ def test_real_worker_load_failure_names_the_handler_and_carries_its_traceback(
     assert error.status_code == 500
     assert "handler" in error.message
     assert "cannot read the weights" in error.traceback
+
+
+def test_ping_counts_loading_and_recently_failed_workers_as_torchserve(
+    make_spec: Callable[..., ModelSpec],
+) -> None:
+    async def main() -> tuple[int, int, int, int]:
+        loading = make_pool(make_spec(fake={"load_sleep": 60}))
+        await loading.scale(1, wait=False)
+        counts = (loading.healthy_count, loading.ping_healthy_count)
+        await loading.stop()
+        failing = make_pool(make_spec(fake={"load_exit": 3}), backoff=(60,))
+        scaled = await failing.scale(1)
+        assert not scaled.ok
+        within_window = failing.ping_healthy_count
+        failing.spec = failing.spec.with_changes(max_retry_timeout=0)
+        past_window = failing.ping_healthy_count
+        await failing.stop()
+        return (*counts, within_window, past_window)
+
+    assert run(main()) == (0, 1, 1, 0)

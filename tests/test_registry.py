@@ -247,6 +247,9 @@ def test_failed_start_unregisters_and_scale_failure_is_500(
         with pytest.raises(ServeError) as failed:
             await registry.scale("broken", None, 1, 1, True)
         assert failed.value.message == "Failed to start workers for model broken version: null"
+        assert registry.healthy()  # failing for less than maxRetryTimeoutInSec, as TorchServe
+        model = registry.get("broken")
+        model.pool.spec = model.spec = model.spec.with_changes(max_retry_timeout=0)
         assert not registry.healthy()
         assert await registry.unregister("broken") == (200, 'Model "broken" unregistered')
         with pytest.raises(ModelNotFound, match=r"^Model not found: nope$"):

@@ -20,6 +20,7 @@ import copy
 import dataclasses
 import logging
 import os
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -76,6 +77,7 @@ class _Slot:
     retiring: bool = False
     worker: SubprocessWorker | None = None
     task: asyncio.Task[None] | None = None
+    failing_since: float | None = None  # time.monotonic() of the first failure since a load
 
 
 class WorkerPool:
@@ -134,6 +136,21 @@ class WorkerPool:
     def healthy_count(self) -> int:
         """Workers loaded and serving (READY or BUSY)."""
         return sum(1 for slot in self._slots if slot.worker is not None and slot.worker.alive)
+
+    @property
+    def ping_healthy_count(self) -> int:
+        """Workers TorchServe's `/ping` counts as healthy (`WorkerThread.isHealthy`).
+
+        A worker is healthy unless it has been failing (dead, restarting, failing to
+        load) for `maxRetryTimeoutInSec` or longer since it last loaded; one still
+        loading for the first time counts, as in TorchServe.
+        """
+        now, window = time.monotonic(), self.spec.max_retry_timeout
+        return sum(
+            1
+            for slot in self._slots
+            if slot.failing_since is None or now - slot.failing_since < window
+        )
 
     @property
     def worker_count(self) -> int:
@@ -272,9 +289,12 @@ class WorkerPool:
         try:
             if not await self._load(slot, worker):
                 return False
+            slot.failing_since = None
             await self._serve(slot, worker)
             return True
         finally:
+            if not slot.retiring and slot.failing_since is None:
+                slot.failing_since = time.monotonic()
             await worker.stop(self._stop_grace)
             self._notify()
 

@@ -148,9 +148,13 @@ class ModelRegistry:
         return [describe_model(self.get(name, version))]
 
     def healthy(self) -> bool:
-        """True when every model's default version has at least min_workers serving."""
+        """TorchServe's ping: every default version has min_workers healthy workers.
+
+        Healthy as TorchServe counts it (`WorkerPool.ping_healthy_count`): loading,
+        serving, or failing for less than the model's `maxRetryTimeoutInSec`.
+        """
         defaults = (self._models[key] for key in self._defaults.items())
-        return all(model.pool.healthy_count >= model.spec.min_workers for model in defaults)
+        return all(model.pool.ping_healthy_count >= model.spec.min_workers for model in defaults)
 
     # ---- register ------------------------------------------------------------
 
