@@ -104,6 +104,8 @@ def own_verbs(route: type[Any]) -> list[str]:
     """The verbs a jupyter_serve class implements for `route`."""
     verbs = []
     for verb in VERBS:
+        if verb == "OPTIONS" and not hasattr(route, "options_document"):
+            continue  # ServeRoute.options then is jupyter_server's open CORS preflight
         method = getattr(route, verb.lower(), None)
         module = getattr(method, "__module__", "") or ""
         if module.startswith("jupyter_serve."):

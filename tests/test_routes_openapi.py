@@ -5,15 +5,22 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+from route_models import register, server_config
 from tornado.httpclient import HTTPClientError, HTTPResponse
 
 from jupyter_serve.routes import ROUTES
 from jupyter_serve.routes.openapi import api_description
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
+
+
+@pytest.fixture
+def jp_server_config(tmp_path: Path) -> dict[str, Any]:
+    return server_config(tmp_path)
 
 
 def _concrete(path: str) -> str:
@@ -54,4 +61,19 @@ async def test_api_description_and_options_on_the_root(jp_fetch: Fetch) -> None:
     assert caught.value.code == 405  # GET / is 405 in TorchServe
     with pytest.raises(HTTPClientError) as anonymous:
         await jp_fetch("serve", "api-description", headers={"Authorization": ""})
+    assert anonymous.value.code == 403
+
+
+async def test_options_on_a_model_gives_its_management_api(
+    jp_fetch: Fetch, jp_serverapp: Any
+) -> None:
+    await register(jp_serverapp, workers=0)
+    document = json.loads((await jp_fetch("serve", "models", "probe", method="OPTIONS")).body)
+    assert document["info"]["title"] == "Management RESTful API for: probe"
+    assert set(document["paths"]["/models/probe"]) == {"get", "put", "delete", "options"}
+    with pytest.raises(HTTPClientError) as missing:
+        await jp_fetch("serve", "models", "nobody", method="OPTIONS")
+    assert missing.value.code == 404
+    with pytest.raises(HTTPClientError) as anonymous:
+        await jp_fetch("serve", "models", "probe", method="OPTIONS", headers={"Authorization": ""})
     assert anonymous.value.code == 403

@@ -59,7 +59,9 @@ class AliasPredictionRoute(PredictionRoute):
     get = post = put = delete = patch = _predict
 
     @web.authenticated
-    def _model_api(self, name: str | None = None, version: str | None = None, *_: Any) -> None:
+    def options_document(
+        self, name: str | None = None, version: str | None = None, *_: Any
+    ) -> None:
         request = InferenceRequest(self.request_id, {}, tuple(self.query_parameters()))
         self.write_json(model_api(self.registry.get(self.model_name(request, name), version)))
 

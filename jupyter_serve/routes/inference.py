@@ -148,14 +148,8 @@ class PredictionRoute(InferenceRoute):
 
     get = post = put = delete = patch = _predict
 
-    def options(self, *args: Any, **kwargs: Any) -> None:
-        if self.request.headers.get("Access-Control-Request-Method"):
-            super().options(*args, **kwargs)  # a CORS preflight: jupyter_server answers it
-        else:
-            self._model_api(*args)
-
     @web.authenticated
-    def _model_api(self, name: str, version: str | None = None, *_: str | None) -> None:
+    def options_document(self, name: str, version: str | None = None, *_: str | None) -> None:
         self.write_json(model_api(self.registry.get(name, version)))
 
 

@@ -23,6 +23,7 @@ from tornado import web
 from ..errors import MethodNotAllowed, ServeError
 from ..protocol import InferenceRequest
 from .base import ServeRoute
+from .openapi import model_management_api
 from .params import (
     Args,
     bool_arg,
@@ -103,6 +104,10 @@ class ModelRoute(ManagementRoute):
     async def delete(self, name: str, version: str | None = None) -> None:
         self.check_model_api()  # synchronous and timeout are accepted and ignored
         self.write_status(await self.registry.unregister(name, version))
+
+    @web.authenticated
+    def options_document(self, name: str, version: str | None = None) -> None:
+        self.write_json(model_management_api(self.registry.get(name, version)))
 
     async def _customized(self, name: str, version: str | None) -> Any:
         """The handler's describe answer: parsed JSON when it parses, else the text.

@@ -172,6 +172,7 @@ def _paths() -> dict[str, dict[str, Any]]:
             "get": _op("describeModel", "Describe the default version.", (*_M, "customized")),
             "put": _op("setAutoScale", "Scale the default version's workers.", (*_M, *_SCALE)),
             "delete": _op("unregisterModel", "Unregister the default version.", _M),
+            "options": _op("modelManagementApi", "This model's management API.", _M),
         },
         "/models/{model_name}/{model_version}": {
             "get": _op("versionDescribeModel", "Describe a version, or all.", (*_MV, "customized")),
@@ -208,6 +209,20 @@ def model_api(model: Model) -> dict[str, Any]:
     }
 
 
+def model_management_api(model: Model) -> dict[str, Any]:
+    """One model version's management description (`OPTIONS models/{m}[/{v}]`)."""
+    name = model.spec.model_name
+    paths = _paths()
+    return {
+        "openapi": "3.0.1",
+        "info": {"title": f"Management RESTful API for: {name}", "version": model.spec.version},
+        "paths": {
+            f"/models/{name}": paths["/models/{model_name}"],
+            f"/models/{name}/{{model_version}}": paths["/models/{model_name}/{model_version}"],
+        },
+    }
+
+
 class ApiDescriptionRoute(ServeRoute):
     """`GET api-description` (and OPTIONS there, as TorchServe)."""
 
@@ -215,24 +230,14 @@ class ApiDescriptionRoute(ServeRoute):
     def get(self) -> None:
         self.write_json(api_description())
 
-    def options(self, *args: Any, **kwargs: Any) -> None:
-        if self.request.headers.get("Access-Control-Request-Method"):
-            super().options(*args, **kwargs)  # a CORS preflight: jupyter_server answers it
-        else:
-            self.get()
+    options_document = get
 
 
 class RootRoute(ServeRoute):
     """`OPTIONS` on the prefix root: the description; GET is 405, as in TorchServe."""
 
-    def options(self, *args: Any, **kwargs: Any) -> None:
-        if self.request.headers.get("Access-Control-Request-Method"):
-            super().options(*args, **kwargs)  # a CORS preflight: jupyter_server answers it
-        else:
-            self._describe()
-
     @web.authenticated
-    def _describe(self) -> None:
+    def options_document(self) -> None:
         self.write_json(api_description())
 
 
