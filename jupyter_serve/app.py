@@ -35,6 +35,7 @@ from .models import BatchPolicy, ServerDefaults
 from .pool import WorkerPool
 from .registry import ModelRegistry, RegistryConfig
 from .routes import ROUTES
+from .routes.fastpath import fast_rules
 from .startup import StartupPlan, start_models
 from .ts_config import apply_env_overrides, from_properties, read_properties
 
@@ -143,6 +144,14 @@ class ServeApp(ExtensionApp):
         "set explicitly (model_store, load_models, models, default_workers_per_model, ...). "
         "As `torchserve --ts-config`, giving one skips restoring the snapshot.",
     )
+    fast_predictions = Bool(
+        True,
+        config=True,
+        help="Serve token-authenticated predictions and explanations (an `Authorization: "
+        "token T` or `Bearer T` header) on a lean path that skips jupyter_server's per-request "
+        "machinery: same token check, same answers, a fraction of the server CPU. Only used "
+        "when the server's identity provider and authorizer are jupyter_server's stock ones.",
+    )
     enable_model_api = Bool(
         True,
         config=True,
@@ -162,6 +171,11 @@ class ServeApp(ExtensionApp):
     def initialize_handlers(self) -> None:
         prefix = self.url_prefix.strip("/")
         self.handlers.extend((url_path_join(prefix, pattern), route) for pattern, route in ROUTES)
+        serverapp = self.serverapp
+        if self.fast_predictions and serverapp is not None:
+            web_app = serverapp.web_app
+            rules = fast_rules(serverapp.base_url, prefix, serverapp, web_app.settings)
+            web_app.default_router.rules[0:0] = rules
 
     def initialize_settings(self) -> None:
         self.apply_ts_config()

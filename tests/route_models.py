@@ -16,6 +16,8 @@ from jupyter_serve.models import RegisterParams
 from jupyter_serve.registry import ModelRegistry
 
 PROBE = """
+import time
+
 from ts.utils.util import PredictionException
 
 
@@ -38,6 +40,8 @@ def handle(data, context):
         mode = context.get_request_header(idx, "X-Mode") or ""
         if mode == "raise":
             raise RuntimeError("boom")
+        if mode == "sleep":
+            time.sleep(0.5)
         if mode == "oom":
             raise MemoryError("no room")
         if mode == "custom":

@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 from tornado import web
+from tornado.httputil import HTTPServerRequest
 
 from ..batching import no_worker_message
 from ..errors import ServeError, ServiceUnavailable
@@ -38,6 +39,21 @@ class RequestTooLarge(ServeError):
 
     status_code = 413
     error_type = "RequestEntityTooLargeException"
+
+
+def request_size_error(request: HTTPServerRequest, limit: int) -> RequestTooLarge | None:
+    """The 413 for a body (or announced length) over `limit` bytes, else None."""
+    announced = request.headers.get("Content-Length", "")
+    size = int(announced) if announced.isdigit() else 0
+    if max(size, len(request.body or b"")) > limit:
+        return RequestTooLarge(f"Request size exceeds the limit of {limit} bytes.")
+    return None
+
+
+def check_has_workers(model: Model, name: str, version: str | None) -> None:
+    """503 with TorchServe's message when the model version has no worker."""
+    if model.pool.worker_count == 0:
+        raise ServiceUnavailable(no_worker_message(name, version))
 
 
 class InferenceRoute(ServeRoute):
@@ -71,17 +87,15 @@ class InferenceRoute(ServeRoute):
         """413 when the body (or its announced length) exceeds `max_request_size`."""
         app = self.settings.get("serve_app")
         limit = int(getattr(app, "max_request_size", DEFAULT_MAX_REQUEST_SIZE))
-        announced = self.request.headers.get("Content-Length", "")
-        size = int(announced) if announced.isdigit() else 0
-        if max(size, len(self.request.body or b"")) > limit:
-            raise RequestTooLarge(f"Request size exceeds the limit of {limit} bytes.")
+        error = request_size_error(self.request, limit)
+        if error is not None:
+            raise error
 
     def serving_model(self, name: str, version: str | None) -> Model:
         """The model version to run; 404 when unknown, 503 when it has no worker."""
         model = self.registry.get(name, version)
         self._target, self._started = (name, version, model.version), time.perf_counter()
-        if model.pool.worker_count == 0:
-            raise ServiceUnavailable(no_worker_message(name, version))
+        check_has_workers(model, name, version)
         return model
 
     async def run(self, model: Model, requests: list[InferenceRequest]) -> list[InferenceResult]:

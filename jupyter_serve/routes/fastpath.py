@@ -1,0 +1,209 @@
+"""The lean path for token-authenticated predictions: same auth, a fraction of the cost.
+
+A prediction through jupyter_server's `APIHandler` costs the Jupyter server about
+0.4 ms of CPU before the model is even asked (tech-notes.md, bench/RESULTS.md):
+a `RequestHandler` per request, identity and authorizer lookups, XSRF and
+cookie logic, default headers, ETag and access-log machinery. A client that
+sends `Authorization: token T` (or `Bearer T`) needs none of that: jupyter_server
+itself only compares T with the server's token.
+
+So for exactly those requests, a tornado routing rule placed before the
+Jupyter routes sends `predictions/...` and `explanations/...` to
+`FastPredictions`, which compares the token in constant time, runs the request
+through the same batcher, registry and metrics as `PredictionRoute`, and writes
+the same answer (status, reason, the handler's headers and content type, the
+raw body, `x-request-id`, TorchServe's error JSON) straight to the connection.
+
+Everything else keeps the full route: browsers (cookie + XSRF), `?token=` URLs,
+OPTIONS, and any server whose identity provider or authorizer is not
+jupyter_server's stock token check (JupyterHub, custom authorizers), or that
+has no token at all: `fast_path_applies` decides once, at start. A wrong token
+is refused with 403, as jupyter_server refuses it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import re
+import time
+from datetime import datetime, timezone
+from http.client import responses
+from typing import Any
+
+from jupyter_server.auth.authorizer import AllowAllAuthorizer
+from jupyter_server.auth.identity import IdentityProvider, PasswordIdentityProvider
+from jupyter_server.utils import url_path_join
+from tornado import httputil, iostream
+from tornado.routing import PathMatches, Rule
+
+from ..errors import ServeError
+from ..protocol import InferenceResult
+from .inference import DEFAULT_MAX_REQUEST_SIZE, check_has_workers, request_size_error
+from .requests import new_request_id, to_inference_request
+
+LOGGER = logging.getLogger(__name__)
+_AUTH = re.compile(r"(?:token|bearer)\s+(.+)", re.IGNORECASE)
+_PATH = r"/([^/]+)(?:/([^/]+)(?:/(.+))?)?/?$"
+VERBS = frozenset({"GET", "POST", "PUT", "DELETE", "PATCH"})
+
+
+def fast_path_applies(serverapp: Any) -> bool:
+    """True when jupyter_server's own auth is a plain token compare."""
+    provider = getattr(serverapp, "identity_provider", None)
+    authorizer = getattr(serverapp, "authorizer", None)
+    stock_provider = type(provider) in (IdentityProvider, PasswordIdentityProvider)
+    return bool(
+        stock_provider and type(authorizer) is AllowAllAuthorizer and getattr(provider, "token", "")
+    )
+
+
+class TokenPathMatches(PathMatches):
+    """A path rule that only matches requests with an `Authorization: token|Bearer ...` header.
+
+    Others (cookies, `?token=`, no credentials at all) fall through to the full routes.
+    """
+
+    def match(self, request: httputil.HTTPServerRequest) -> dict[str, Any] | None:
+        if request.method not in VERBS or not _AUTH.match(request.headers.get("Authorization", "")):
+            return None
+        return super().match(request)
+
+
+class FastPredictions:
+    """Serves matched requests; the rule's target (tornado calls it with the request)."""
+
+    def __init__(self, settings: dict[str, Any], identity_provider: Any, explain: bool) -> None:
+        self.settings = settings
+        self.identity_provider = identity_provider
+        self.explain = explain
+
+    def __call__(
+        self, request: httputil.HTTPServerRequest, path_args: list[bytes | None], **_: Any
+    ) -> None:
+        name, version, extra = (_text(arg) for arg in (*path_args, None, None, None)[:3])
+        task = asyncio.ensure_future(_Exchange(self, request).serve(name or "", version, extra))
+        task.add_done_callback(_log_crash)
+
+    def token_ok(self, request: httputil.HTTPServerRequest) -> bool:
+        found = _AUTH.match(request.headers.get("Authorization", ""))
+        expected = str(self.identity_provider.token or "")
+        given = found.group(1).strip() if found else ""
+        return bool(expected) and hmac.compare_digest(given.encode(), expected.encode())
+
+
+class _Exchange:
+    """One request and its answer, written to the connection without a RequestHandler."""
+
+    def __init__(self, path: FastPredictions, request: httputil.HTTPServerRequest) -> None:
+        self.path = path
+        self.request = request
+        self.request_id = new_request_id()
+        self.pending: tuple[asyncio.Future[InferenceResult], ...] = ()
+
+    async def serve(self, name: str, version: str | None = None, extra: str | None = None) -> None:
+        if not self.path.token_ok(self.request):
+            self.send_json(403, {"message": "Forbidden", "reason": None})
+            return
+        self.path.settings["api_last_activity"] = datetime.now(timezone.utc)
+        started, status, queue_ms = time.perf_counter(), 0, 0.0
+        served: list[str] = []  # the version asked for, once the model is found
+        try:
+            result = await self.predict(name, version, extra, served)
+            status, queue_ms = result.status, result.queue_ms
+            self.send_result(result)
+        except ServeError as error:
+            status = error.status_code
+            self.send_json(status, error.to_json())
+        finally:  # counted once answered, as the route's on_finish (a client gone is not)
+            if served and status:
+                latency_us = (time.perf_counter() - started) * 1e6
+                metrics = self.path.settings["serve_metrics"]
+                metrics.record_request(
+                    name, version, status, latency_us, queue_ms * 1000, served_version=served[0]
+                )
+
+    async def predict(
+        self, name: str, version: str | None, extra: str | None, served: list[str]
+    ) -> InferenceResult:
+        """Run the request as `PredictionRoute` does: 413, 404, 503, then the batcher."""
+        app = self.path.settings.get("serve_app")
+        limit = int(getattr(app, "max_request_size", DEFAULT_MAX_REQUEST_SIZE))
+        too_large = request_size_error(self.request, limit)
+        if too_large is not None:
+            raise too_large
+        model = self.path.settings["serve_registry"].get(name, version)
+        served.append(model.version)
+        check_has_workers(model, name, version)
+        request = to_inference_request(
+            self.request, self.request_id, explain=self.path.explain, url_path=extra
+        )
+        deadline = asyncio.get_running_loop().time() + model.spec.response_timeout
+        future = model.batcher.submit(request, deadline)
+        self.pending = (future,)
+        self._watch_disconnect()
+        result: InferenceResult = await future
+        return result
+
+    def _watch_disconnect(self) -> None:
+        connection: Any = self.request.connection
+        if hasattr(connection, "set_close_callback"):
+            connection.set_close_callback(self._client_gone)
+
+    def _client_gone(self) -> None:
+        """The client went away: drop its queued request (the batcher skips it)."""
+        for future in self.pending:
+            future.cancel()
+
+    def send_result(self, result: InferenceResult) -> None:
+        headers = httputil.HTTPHeaders()
+        if result.content_type:
+            headers["Content-Type"] = result.content_type
+        for key, value in result.headers.items():
+            headers[key] = value
+        self.write(result.status, result.reason, headers, bytes(result.body))
+
+    def send_json(self, status: int, body: dict[str, Any]) -> None:
+        headers = httputil.HTTPHeaders({"Content-Type": "application/json"})
+        self.write(status, "", headers, (json.dumps(body, indent=2) + "\n").encode())
+
+    def write(self, status: int, reason: str, headers: httputil.HTTPHeaders, body: bytes) -> None:
+        connection: Any = self.request.connection
+        if hasattr(connection, "set_close_callback"):
+            connection.set_close_callback(None)
+        headers["x-request-id"] = self.request_id
+        headers["Content-Length"] = str(len(body))
+        reason = reason or responses.get(status, "Unknown")
+        start = httputil.ResponseStartLine(self.request.version, status, reason)
+        try:
+            connection.write_headers(start, headers, body)
+            connection.finish()
+        except iostream.StreamClosedError:
+            return  # the client left; nothing to answer
+        if status >= 400:
+            LOGGER.info("%s %s %s (%s)", status, self.request.method, self.request.uri, reason)
+
+
+def _text(arg: bytes | None) -> str | None:
+    return None if arg is None else arg.decode("utf-8")
+
+
+def _log_crash(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        LOGGER.error("Fast prediction path failed", exc_info=task.exception())
+
+
+def fast_rules(base_url: str, prefix: str, serverapp: Any, settings: dict[str, Any]) -> list[Rule]:
+    """The rules to put before the Jupyter routes (none when `fast_path_applies` is False)."""
+    if not fast_path_applies(serverapp):
+        return []
+    provider = serverapp.identity_provider
+    return [
+        Rule(
+            TokenPathMatches(url_path_join(base_url, prefix, kind) + _PATH),
+            FastPredictions(settings, provider, explain=kind == "explanations"),
+        )
+        for kind in ("predictions", "explanations")
+    ]

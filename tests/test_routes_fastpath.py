@@ -1,0 +1,181 @@
+"""Tests for the lean token-authenticated prediction path, against the full route's answers.
+
+Every other inference test that uses `jp_fetch` (which sends `Authorization: token
+T`) also runs through this path; here the two paths are compared directly, and
+the rules for when the lean path applies are checked.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jupyter_server.auth.authorizer import AllowAllAuthorizer
+from jupyter_server.auth.identity import PasswordIdentityProvider
+from route_models import register, serve_state, server_config
+from tornado.httpclient import HTTPResponse
+
+from jupyter_serve.routes.fastpath import FastPredictions, TokenPathMatches, fast_path_applies
+
+Fetch = Callable[..., Awaitable[HTTPResponse]]
+SAME_HEADERS = ("Content-Type", "dummy")
+RAW = {"Content-Type": "application/octet-stream"}
+
+
+@pytest.fixture
+def jp_server_config(tmp_path: Path) -> dict[str, Any]:
+    return server_config(tmp_path, max_request_size=4096)
+
+
+def fast_rules_of(serverapp: Any) -> list[Any]:
+    rules = serverapp.web_app.default_router.rules
+    return [rule for rule in rules if isinstance(rule.target, FastPredictions)]
+
+
+async def answer(fetch: Fetch, *path: str, **kwargs: Any) -> HTTPResponse:
+    """The response, whether its status is an error or not."""
+    response: HTTPResponse = await fetch(*path, raise_error=False, **kwargs)
+    return response
+
+
+async def both_paths(fetch: Fetch, token: str, *path: str, **kwargs: Any) -> list[HTTPResponse]:
+    """The same request with a token header (lean path) and with ?token= (full route)."""
+    headers = dict(kwargs.pop("headers", {}))
+    lean = await answer(fetch, *path, headers=dict(headers), **kwargs)
+    params = {**kwargs.pop("params", {}), "token": token}
+    full = await answer(
+        fetch, *path, headers={**headers, "Authorization": ""}, params=params, **kwargs
+    )
+    return [lean, full]
+
+
+def summary(response: HTTPResponse) -> tuple[Any, ...]:
+    headers = tuple(response.headers.get(name) for name in SAME_HEADERS)
+    return response.code, response.reason, headers, response.body
+
+
+async def test_the_lean_rules_lead_the_router(jp_serverapp: Any) -> None:
+    rules = fast_rules_of(jp_serverapp)
+    assert [rule.target.explain for rule in rules] == [False, True]
+    assert jp_serverapp.web_app.default_router.rules[:2] == rules
+    assert all(isinstance(rule.matcher, TokenPathMatches) for rule in rules)
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "path"),
+    [
+        (bytes(range(256)), {"Content-Type": "application/octet-stream"}, ("probe",)),
+        ('{"a": 1}', {"Content-Type": "application/json", "X-Mode": "seen"}, ("probe",)),
+        ("x", {"X-Mode": "headers"}, ("probe", "1.0")),
+        ("x", {"X-Mode": "status"}, ("probe",)),
+        ("x", {"X-Mode": "custom"}, ("probe",)),
+        ("x", {"X-Mode": "raise"}, ("probe",)),
+        ("x", {"X-Mode": "seen"}, ("probe", "1.0", "v1", "chat")),
+        ("x", {}, ("nobody",)),
+        ("x", {}, ("probe", "9.9")),
+        ("x" * 5000, {}, ("probe",)),
+    ],
+)
+async def test_lean_and_full_paths_answer_alike(
+    jp_fetch: Fetch, jp_serverapp: Any, body: Any, headers: dict[str, str], path: tuple[str, ...]
+) -> None:
+    await register(jp_serverapp)
+    token = jp_serverapp.identity_provider.token
+    lean, full = await both_paths(
+        jp_fetch, token, "serve", "predictions", *path, method="POST", body=body, headers=headers
+    )
+    assert summary(lean) == summary(full)
+    assert lean.headers["x-request-id"] != full.headers["x-request-id"]
+
+
+async def test_explanations_set_the_explain_header(jp_fetch: Fetch, jp_serverapp: Any) -> None:
+    await register(jp_serverapp)
+    response = await jp_fetch(
+        "serve", "explanations", "probe", method="POST", body="x", headers={"X-Mode": "seen"}
+    )
+    assert json.loads(response.body)["explain"] == "True"
+
+
+async def test_a_wrong_token_is_refused_before_the_model(
+    jp_fetch: Fetch, jp_serverapp: Any
+) -> None:
+    await register(jp_serverapp)
+    for scheme in ("token", "Bearer"):
+        refused = await answer(
+            jp_fetch, "serve", "predictions", "probe", method="POST", body="x",
+            headers={"Authorization": f"{scheme} wrong", "X-Mode": "raise"},
+        )  # fmt: skip
+        assert refused.code == 403
+    registry, _ = serve_state(jp_serverapp)
+    metrics = jp_serverapp.web_app.settings["serve_metrics"]
+    assert "probe" not in metrics.render().decode()  # no request reached the model
+    assert registry.get("probe").pool.worker_count == 1
+
+
+async def test_the_lean_path_counts_requests_in_the_metrics(
+    jp_fetch: Fetch, jp_serverapp: Any
+) -> None:
+    await register(jp_serverapp)
+    for _ in range(3):
+        await jp_fetch("serve", "predictions", "probe", method="POST", body="x")
+    text = (await jp_fetch("serve", "metrics")).body.decode()
+    line = next(row for row in text.splitlines() if row.startswith("ts_inference_requests_total"))
+    assert 'model_name="probe"' in line
+    assert line.endswith(" 3.0")
+
+
+async def test_a_client_leaving_mid_request_leaves_the_server_serving(
+    jp_fetch: Fetch, jp_serverapp: Any, http_server_port: Any, jp_base_url: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    await register(jp_serverapp)
+    token = jp_serverapp.identity_provider.token
+    request = (
+        f"POST {jp_base_url}serve/predictions/probe HTTP/1.1\r\nHost: localhost\r\n"
+        f"Authorization: token {token}\r\nX-Mode: sleep\r\nContent-Length: 1\r\n\r\nx"
+    ).encode()
+    with socket.create_connection(("127.0.0.1", http_server_port[-1])) as sock:
+        sock.sendall(request)  # the whole request, then the client leaves before the answer
+    response = await jp_fetch(
+        "serve", "predictions", "probe", method="POST", body="still here", headers=dict(RAW)
+    )
+    assert response.body == b"still here"
+    assert "Fast prediction path failed" not in caplog.text
+
+
+def test_the_lean_path_applies_only_to_the_stock_token_check() -> None:
+    class Server:
+        def __init__(self, provider: Any, authorizer: Any) -> None:
+            self.identity_provider, self.authorizer = provider, authorizer
+
+    class CustomAuthorizer(AllowAllAuthorizer):
+        pass
+
+    class HubLikeProvider(PasswordIdentityProvider):
+        pass
+
+    stock = PasswordIdentityProvider(token="secret")
+    assert fast_path_applies(Server(stock, AllowAllAuthorizer()))
+    assert not fast_path_applies(Server(PasswordIdentityProvider(token=""), AllowAllAuthorizer()))
+    assert not fast_path_applies(Server(stock, CustomAuthorizer()))
+    assert not fast_path_applies(Server(HubLikeProvider(token="secret"), AllowAllAuthorizer()))
+
+
+class TestSwitchedOff:
+    @pytest.fixture
+    def jp_server_config(self, tmp_path: Path) -> dict[str, Any]:
+        return server_config(tmp_path, fast_predictions=False)
+
+    async def test_no_lean_rule_and_predictions_still_served(
+        self, jp_fetch: Fetch, jp_serverapp: Any
+    ) -> None:
+        assert fast_rules_of(jp_serverapp) == []
+        await register(jp_serverapp)
+        response = await jp_fetch(
+            "serve", "predictions", "probe", method="POST", body="x", headers=dict(RAW)
+        )
+        assert response.body == b"x"
