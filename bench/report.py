@@ -13,6 +13,7 @@ from collections import defaultdict
 from typing import Any
 
 JS, TS = "jupyter_serve", "torchserve"
+CEILING = "tornado_ceiling"  # bench/ceiling.py: bare tornado echo, no model
 BATCH8 = ("batch8-5ms/1w", "batch8/2w")
 MIB = 1 << 20
 
@@ -99,6 +100,14 @@ def ratios(results: Record) -> dict[str, float | None]:
         "echo_c32_rps_vs_torchserve": _ratio(
             _value(rows, JS, "echo", "batch8-5ms/1w", 32, "rps"),
             _value(rows, TS, "echo", "batch8-5ms/1w", 32, "rps"),
+        ),
+        "echo_c32_rps_vs_tornado_ceiling": _ratio(
+            _value(rows, JS, "echo", "batch8-5ms/1w", 32, "rps"),
+            _value(rows, CEILING, "echo", "batch8-5ms/1w", 32, "rps"),
+        ),
+        "torchserve_echo_c32_rps_vs_tornado_ceiling": _ratio(
+            _value(rows, TS, "echo", "batch8-5ms/1w", 32, "rps"),
+            _value(rows, CEILING, "echo", "batch8-5ms/1w", 32, "rps"),
         ),
         "echo_c1_p50_vs_torchserve": _ratio(
             _value(rows, JS, "echo", "batch8-5ms/1w", 1, "p50_ms"),

@@ -8,10 +8,12 @@ venv, bench/.venv-ts, created on first use). For each model and configuration
 (batch1/1w, batch8-5ms/1w, batch8/2w) every server is registered (timed to the
 first good prediction), warmed up, then measured at each concurrency (closed
 loop; `--rate` adds an open-loop point), repeats interleaved server by server so
-the machine's noise falls on both. Full mode also runs both servers with
-OMP_NUM_THREADS=1 ("+omp1") for the 2-worker configuration. The load generator
-is pinned to the last core while it measures. Writes the JSON (every point, the
-medians in `summary`, `ratios`) and a markdown report beside it (`.md`).
+the machine's noise falls on both. A bare tornado echo (bench/ceiling.py, the
+most any tornado frontend can serve here) joins echo's batch8-5ms/1w points.
+Full mode also runs both servers with OMP_NUM_THREADS=1 ("+omp1") for the
+2-worker configuration. The load generator is pinned to the last core while it
+measures. Writes the JSON (every point, the medians in `summary`, `ratios`) and a
+markdown report beside it (`.md`).
 `--quick` (the CI smoke check) takes about two minutes without TorchServe.
 """
 
@@ -45,6 +47,7 @@ import workloads
 
 CONFIGS = {"batch1/1w": (1, 5, 1), "batch8-5ms/1w": (8, 5, 1), "batch8/2w": (8, 5, 2)}
 OMP1 = {"OMP_NUM_THREADS": "1"}
+CEILING_CONFIG = "batch8-5ms/1w"  # the echo configuration the tornado ceiling is measured in
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,7 @@ class Runner:
         self.store = work / "store"
         self.workloads = workloads.workloads()
         self.servers: dict[str, servers.Server] = {}
+        self.ceiling: servers.BareTornado | None = None
         self.results: dict[str, Any] = {
             "meta": meta(args), "cold_start": {}, "idle_rss": {}, "baseline_rss": {},
             "registers": [], "points": [], "rss": [], "inprocess": {},
@@ -148,7 +152,7 @@ class Runner:
                 for config in self.args.configs.split(","):
                     self.run_config(model, config)
         finally:
-            for server in self.servers.values():
+            for server in [*self.servers.values(), *([self.ceiling] if self.ceiling else [])]:
                 server.stop()
         self.inprocess("after serving")
         self.results["summary"] = report.summarize(self.results["points"])
@@ -174,6 +178,19 @@ class Runner:
                 self._start(f"torchserve{suffix}", ts)
             js = servers.JupyterServe(self.work / f"js{suffix}", self.store, env)
             self._start(f"jupyter_serve{suffix}", js)
+        if "echo" in self.args.models.split(","):
+            self.ceiling = servers.BareTornado(self.work / "ceiling", self.store)
+            self.ceiling.start()
+
+    def participants(self, model: str, config: str) -> dict[str, servers.Server]:
+        """The servers of one model and configuration; the tornado ceiling joins echo's."""
+        if config == "batch8/2w":
+            chosen = dict(self.servers)
+        else:
+            chosen = {n: s for n, s in self.servers.items() if not n.endswith("+omp1")}
+        if model == "echo" and config == CEILING_CONFIG and self.ceiling is not None:
+            chosen[report.CEILING] = self.ceiling
+        return chosen
 
     def _start(self, name: str, server: servers.Server) -> None:
         self.servers[name] = server
@@ -182,16 +199,12 @@ class Runner:
         self.results["idle_rss"][name] = servers.tree_rss(server.server_pid)
         self.log(f"{name} healthy after {seconds:.2f} s")
 
-    def participants(self, config: str) -> dict[str, servers.Server]:
-        if config == "batch8/2w":
-            return self.servers
-        return {name: s for name, s in self.servers.items() if not name.endswith("+omp1")}
-
     def run_config(self, model: str, config: str) -> None:
-        chosen = self.participants(config)
+        chosen = self.participants(model, config)
         loads = {name: target(s, self.workloads[model]) for name, s in chosen.items()}
         for name, server in chosen.items():
-            self.register(name, server, loads[name], model, config)
+            if name != report.CEILING:  # nothing to register there
+                self.register(name, server, loads[name], model, config)
         for name, server in chosen.items():
             measure(server, loads[name], 8, self.plan.warm_seconds, self.plan)
         seconds = self.plan.cnn_seconds if model == "cnn" else self.plan.seconds

@@ -1,4 +1,5 @@
-"""The servers under test, started and stopped alike: jupyter_serve, TorchServe, bare Jupyter.
+"""The servers under test, started and stopped alike: jupyter_serve, TorchServe, bare Jupyter,
+and a bare tornado echo (the frontend ceiling).
 
 Each `Server` runs in a subprocess on loopback ports, with its log in its own
 folder, and offers the same few calls: `start()` (seconds from launch to a
@@ -276,6 +277,39 @@ class BareJupyter(JupyterServe):
     @property
     def ping_url(self) -> str:
         return f"{self.base}api/status"
+
+
+class BareTornado(Server):
+    """bench/ceiling.py: tornado echoing each POST body, the ceiling of a tornado frontend."""
+
+    name = "tornado_ceiling"
+
+    def __init__(self, folder: Path, store: Path, env: dict[str, str] | None = None) -> None:
+        super().__init__(folder, store, env)
+        self.port = free_port()
+
+    def launch(self) -> None:
+        argv = [sys.executable, str(BENCH / "ceiling.py"), str(self.port)]
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=self.environment()
+            )
+
+    @property
+    def ping_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/ping"
+
+    def predict_url(self, model: str) -> str:
+        return f"http://127.0.0.1:{self.port}/predictions/{model}"
+
+    def _is_worker(self, child: psutil.Process) -> bool:
+        return False
+
+    def register(self, model: str, batch_size: int, delay_ms: int, workers: int) -> float:
+        return 0.0  # nothing to register: it echoes on every path
+
+    def unregister(self, model: str) -> None:
+        return None
 
 
 class TorchServe(Server):

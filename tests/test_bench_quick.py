@@ -55,9 +55,14 @@ def test_quick_run_without_torchserve_reports_every_point(tmp_path: Path) -> Non
             for concurrency in (1, 32):
                 assert ("jupyter_serve", model, config, concurrency) in seen
     assert all(p["errors"] == 0 and p["ok"] > 0 for p in results["points"])
-    assert {p["server"] for p in results["points"]} == {"jupyter_serve"}
+    assert {p["server"] for p in results["points"]} == {"jupyter_serve", "tornado_ceiling"}
+    ceiling = {
+        (p["model"], p["config"]) for p in results["points"] if p["server"] != "jupyter_serve"
+    }
+    assert ceiling == {("echo", "batch8-5ms/1w")}  # the bare tornado echo joins one config
     ratios = results["ratios"]
     assert set(RATIOS) <= set(ratios)
+    assert ratios["echo_c32_rps_vs_tornado_ceiling"] > 0
     assert ratios["echo_c32_rps_vs_torchserve"] is None
     assert ratios["cnn_b8_vs_inprocess"] > 0
     assert results["inprocess"]["cnn"]["1 process, default threads, before serving"]["8"] > 0
