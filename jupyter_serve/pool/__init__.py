@@ -1,6 +1,7 @@
 """The server-side worker pool: worker processes of one model version, fed by its Batcher.
 
-* `worker.SubprocessWorker`: one `python -m jupyter_serve.worker` process and its socket.
+* `process.WorkerProcess`: one `python -m jupyter_serve.worker` process, its socket and output.
+* `worker.SubprocessWorker`: one worker of a model: the load and the batches over that process.
 * `pool.WorkerPool`: keeps N of them alive (backoff restarts, GPU round-robin) and
   runs one dispatch loop per ready worker.
 * `errors`: `WorkerLoadError`, `WorkerDied`, `BatchFailed`.
