@@ -2,7 +2,14 @@
 
 The process itself (`<python> -m jupyter_serve.worker --fd N`, its socket, its
 output, signals and reaping) is a `process.WorkerProcess`; this class speaks the
-protocol over it and keeps the worker's state.
+protocol over it and keeps the worker's state. `start()` adopts a warm process
+from the server's `SparePool` when it has a ready spare for this worker's
+command, else launches a fresh one. Either way the `L` frame carries what
+differs per worker and must be in place before the handler is imported: the
+model's `python_path` (`sys_path`), the environment a fresh process would have
+been launched with (`env`, as changes: none for a fresh one) and the torch
+thread count (`torch_threads`). An adopted worker's pid and start time are the
+spare's.
 
 States::
 
@@ -30,11 +37,12 @@ from ..errors import ServeError
 from ..protocol import Frame, InferenceRequest, InferenceResult, Kind
 from .errors import BatchFailed, WorkerDied, WorkerLoadError
 from .logs import WorkerLog
-from .process import Disconnected, WorkerProcess, worker_environment
+from .process import Disconnected, WorkerProcess, env_changes, worker_environment
 from .stats import torchserve_time
 
 if TYPE_CHECKING:
     from ..models import ModelSpec
+    from .spares import SparePool
 
 __all__ = ["SubprocessWorker", "WorkerReply", "WorkerState", "next_worker_id"]
 
@@ -75,6 +83,8 @@ class SubprocessWorker:
         env: extra environment (devices.worker_env) over the server's.
         on_exit: called once with this worker when its process has exited.
         torch_threads: torch threads of the worker (default `spec.torch_threads`).
+        spares: the server's spare workers, adopted instead of a launch when one fits.
+        torch_threads: torch threads of the worker (default `spec.torch_threads`).
     """
 
     def __init__(
@@ -87,6 +97,7 @@ class SubprocessWorker:
         env: Mapping[str, str] | None = None,
         on_exit: Callable[[SubprocessWorker], None] | None = None,
         torch_threads: int | None = None,
+        spares: SparePool | None = None,
     ) -> None:
         self.spec = spec
         self.torch_threads = torch_threads or spec.torch_threads
@@ -95,10 +106,12 @@ class SubprocessWorker:
         self.state = WorkerState.STARTING
         self.pid: int | None = None
         self.start_time = datetime.now(timezone.utc)  # the process's, once there is one
+        self.adopted = False  # the process was a spare
         self._command = list(command)
         self._log = log
         self._extra_env = dict(env or {})
         self._on_exit = on_exit
+        self._spares = spares
         self._process: WorkerProcess | None = None
         self._killed = False
 
@@ -120,14 +133,21 @@ class SubprocessWorker:
     # ---- start and load ------------------------------------------------------
 
     async def start(self) -> None:
-        """Launch the process and load the model; READY on return.
+        """Adopt a spare or launch a process, then load the model; READY on return.
 
         Raises:
             WorkerLoadError: no `R(200)` within `spec.startup_timeout` (E frame, exit, timeout).
         """
         env = worker_environment(self.spec.python_path, self.torch_threads, self._extra_env)
-        self._attach(await self._launch(env))
-        await self._load()
+        spare = self._take_spare()
+        process = spare or await self._launch(env)
+        self._attach(process, adopted=spare is not None)
+        await self._load(env_changes(process.env, env))
+
+    def _take_spare(self) -> WorkerProcess | None:
+        if self._spares is None:
+            return None
+        return self._spares.take(self._command, self.spec.python_path)
 
     async def _launch(self, env: dict[str, str]) -> WorkerProcess:
         args = ["--torch-threads", str(self.torch_threads)] if self.torch_threads else []
@@ -137,10 +157,13 @@ class SubprocessWorker:
             self.state = WorkerState.DEAD
             raise WorkerLoadError(f"Cannot start worker {self._command!r}: {exc}") from exc
 
-    def _attach(self, process: WorkerProcess) -> None:
+    def _attach(self, process: WorkerProcess, *, adopted: bool) -> None:
         self._process, self.pid, self.start_time = process, process.pid, process.start_time
+        self.adopted = adopted
+        process.relabel(self._log, self.id)
         process.on_exit = self._process_exited
-        self._note(f"Worker started, pid {self.pid}, gpu {self.gpu_id}")
+        how = "adopted a spare" if adopted else "started"
+        self._note(f"Worker {how}, pid {self.pid}, gpu {self.gpu_id}")
 
     def _process_exited(self, process: WorkerProcess) -> None:
         if self.state is not WorkerState.STOPPED:
@@ -148,9 +171,9 @@ class SubprocessWorker:
         if self._on_exit is not None:
             self._on_exit(self)
 
-    async def _load(self) -> None:
+    async def _load(self, env: dict[str, str | None]) -> None:
         timeout = self.spec.startup_timeout
-        request = protocol.encode(Frame(Kind.LOAD, self._load_header()))
+        request = protocol.encode(Frame(Kind.LOAD, self._load_header(env)))
         try:
             reply = await asyncio.wait_for(self._exchange(request), timeout)
         except asyncio.TimeoutError:
@@ -165,7 +188,7 @@ class SubprocessWorker:
         self._check_loaded(reply)
         self.state = WorkerState.READY
 
-    def _load_header(self) -> dict[str, Any]:
+    def _load_header(self, env: dict[str, str | None]) -> dict[str, Any]:
         spec = self.spec
         return {
             "model_name": spec.model_name,
@@ -177,6 +200,9 @@ class SubprocessWorker:
             "server_version": __version__,
             "model_yaml_config": spec.model_yaml_config,
             "decode_input_request": spec.decode_input_request,
+            "sys_path": list(spec.python_path),
+            "env": env,
+            "torch_threads": self.torch_threads,
         }
 
     def _check_loaded(self, reply: Frame) -> None:
