@@ -165,7 +165,7 @@ class SparePool:
         spare.modules = frozenset(str(name) for name in frame.header.get("modules") or ())
         spare.ready = True
         torch = "torch imported" if "torch" in spare.modules else "no torch to import"
-        spare.process.note(f"Spare ready ({torch})")
+        spare.process.note(f"Spare ready, pid {spare.process.pid} ({torch})")
         self._notify()
 
     def _drop(self, spare: _Spare) -> None:
