@@ -9,8 +9,9 @@ This module knows processes, not models: `SubprocessWorker` (worker.py) drives
 the protocol on top of it, and `SparePool` (spares.py) keeps a few launched
 before any model needs them. Output lines go to a `WorkerLog` under a label
 that can change once (a spare's ``[spare/9003]`` becomes its model's).
-`worker_environment` is the environment a worker of a model gets;
-`env_changes` is what a spare launched with another environment must change.
+`worker_environment` is the environment a worker of a model gets (with
+`cpu_threads_per_worker` sizing its thread pools); `env_changes` is what a
+spare launched with another environment must change to match it.
 """
 
 from __future__ import annotations

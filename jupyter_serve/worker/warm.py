@@ -13,8 +13,9 @@ where `PYTHONPATH` would have put them (right after this package's folder), its
 `env` changes go to `os.environ` (None removes a name; `CUDA_VISIBLE_DEVICES`
 still works because torch initialises CUDA lazily), and `torch_threads` goes to
 `torch.set_num_threads` when torch is imported (OpenMP and MKL read their
-variables when torch loads, so only the call reaches a warm torch). For a fresh
-worker, whose launch already applied all of it, these are no-ops.
+variables when torch loads, so only the call reaches a warm torch; a BLAS pool
+that numpy sized when torch imported it keeps its size). For a fresh worker,
+whose launch already applied all of it, these are no-ops.
 """
 
 from __future__ import annotations
