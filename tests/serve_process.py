@@ -5,7 +5,8 @@ and a private workdir/root, reads its stderr in a thread, and lets tests block
 until a log line appears (`wait_for`) instead of polling. `client()` is an httpx
 client for `{url}serve/` with the token. `worker_pids()` lists the server's
 worker subprocesses (children running `jupyter_serve.worker`, spares included),
-`spare_pids()` the spares among them. Worker and spare output (the
+`spare_pids()` those started as spares (a spare keeps `--spare` in its command
+line once a model adopts it). Worker and spare output (the
 `jupyter_serve.worker` logger, which `jupyter serve` leaves unconfigured) goes to
 the server's stderr too, through Jupyter's `logging_config`, so tests can wait
 on worker events such as "Spare ready".
@@ -128,7 +129,7 @@ class ServeProcess:
         return self._children("jupyter_serve.worker")
 
     def spare_pids(self) -> list[int]:
-        """Spare workers not yet adopted by a model."""
+        """Workers started as spares (`--spare`), idle or adopted by a model since."""
         return self._children("--spare")
 
     def _children(self, marker: str) -> list[int]:

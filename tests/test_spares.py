@@ -102,7 +102,7 @@ def gone(pids: list[int]) -> bool:
 
 
 def spare_children() -> list[int]:
-    """This process's children that run a spare worker."""
+    """This process's children started as spare workers (idle or adopted since)."""
     children = psutil.Process().children(recursive=True)
     return [child.pid for child in children if "--spare" in child.cmdline()]
 
