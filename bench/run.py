@@ -222,6 +222,7 @@ class Runner:
             self.results["rss"].append({
                 "server": name, "model": model, "config": config,
                 "server_rss": usage["server"], "worker_rss": usage["workers"],
+                "spare_rss": usage.get("spares", []),
             })  # fmt: skip
             server.unregister(model)
 
@@ -232,6 +233,7 @@ class Runner:
         register_s = server.register(model, batch, delay, workers)
         first_prediction(load)
         ready = time.perf_counter() - began
+        server.settle()  # a spare refilling after this register must not steal measured CPU
         self.results["registers"].append({
             "server": name, "model": model, "config": config,
             "register_s": round(register_s, 3), "ready_s": round(ready, 3),

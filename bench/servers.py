@@ -4,8 +4,11 @@ and a bare tornado echo (the frontend ceiling).
 Each `Server` runs in a subprocess on loopback ports, with its log in its own
 folder, and offers the same few calls: `start()` (seconds from launch to a
 healthy ping), `register(...)` (seconds from the register call to the first
-successful prediction), `unregister`, `predict_url`, `server_pid`/`worker_pids`
-for RSS and CPU, and `stop()` (which leaves nothing running).
+successful prediction), `settle()` (wait out background work a register left,
+such as jupyter_serve refilling its spare worker), `unregister`, `predict_url`,
+`server_pid`/`worker_pids` for RSS and CPU, and `stop()` (which leaves nothing
+running). jupyter_serve's idle spare workers are not counted as workers: their
+RSS is reported apart (`rss()["spares"]`).
 
 TorchServe 0.12 runs from its own venv `bench/.venv-ts` (`ensure_torchserve_venv`
 creates it: torch from the local wheel first, then `torchserve==0.12.0` and
@@ -18,7 +21,9 @@ run side by side.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -39,6 +44,18 @@ TS_EXTRAS = ("pyyaml", "numpy", "psutil")
 TOKEN = "bench-token"
 START_LIMIT = 180.0  # seconds: only a guard against a server that never comes up
 POLL = 0.02  # seconds between health pings while a server starts
+# jupyter serve's worker output (the `jupyter_serve.worker` logger) into its log file.
+WORKER_LOGS = {
+    "ServerApp": {
+        "logging_config": {
+            "loggers": {"jupyter_serve.worker": {"level": "INFO", "handlers": ["console"]}}
+        }
+    }
+}
+ADOPTED = re.compile(r"Worker adopted a spare, pid (\d+)")
+SPARE_EVENT = re.compile(
+    r"\[spare/(?P<id>\d+)\] (?P<event>Spare started|Spare ready|Worker exited)"
+)
 
 
 def free_port() -> int:
@@ -166,6 +183,9 @@ class Server:
                 raise RuntimeError(f"{self.name} register {model}: {answer.text}")
         return time.perf_counter() - began
 
+    def settle(self) -> None:
+        """Return once no background work of the last register is left (nothing, by default)."""
+
     def unregister(self, model: str) -> None:
         with httpx.Client(headers=self.headers, timeout=START_LIMIT) as client:
             answer = client.delete(self.management_url(f"models/{model}"))
@@ -210,17 +230,24 @@ class JupyterServe(Server):
 
     name = "jupyter_serve"
 
-    def __init__(self, folder: Path, store: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        store: Path,
+        env: dict[str, str] | None = None,
+        args: tuple[str, ...] = (),
+    ) -> None:
         super().__init__(folder, store, env)
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}/"
+        self.args = args  # more `jupyter serve` arguments, e.g. --ServeApp.spare_workers=0
 
     def argv(self) -> list[str]:
         return [
             str(Path(sys.executable).parent / "jupyter"), "serve",
             f"--port={self.port}", "--ip=127.0.0.1", f"--IdentityProvider.token={TOKEN}",
             f"--ServerApp.root_dir={self.folder}", f"--ServeApp.workdir={self.folder / 'work'}",
-            f"--model-store={self.store}", "--ncs", "--no-browser",
+            f"--model-store={self.store}", "--ncs", "--no-browser", *self.args,
         ]  # fmt: skip
 
     def environment(self) -> dict[str, str]:
@@ -235,6 +262,9 @@ class JupyterServe(Server):
         return {**super().environment(), **private}
 
     def launch(self) -> None:
+        config = self.folder / ".jupyter-config"
+        config.mkdir(parents=True, exist_ok=True)
+        (config / "jupyter_server_config.json").write_text(json.dumps(WORKER_LOGS))
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 self.argv(), cwd=self.folder, env=self.environment(),
@@ -256,9 +286,48 @@ class JupyterServe(Server):
         return f"{self.base}serve/predictions/{model}"
 
     def _is_worker(self, child: psutil.Process) -> bool:
-        with contextlib.suppress(psutil.Error):
-            return "jupyter_serve.worker" in " ".join(child.cmdline())
-        return False
+        command = _command(child)
+        spare = "--spare" in command and child.pid not in self._adopted()
+        return "jupyter_serve.worker" in command and not spare
+
+    def spare_pids(self) -> list[int]:
+        """Idle spare workers (a spare keeps `--spare` in its command line once adopted)."""
+        try:
+            children = psutil.Process(self.server_pid).children()
+        except psutil.NoSuchProcess:
+            return []
+        adopted = self._adopted()
+        return [c.pid for c in children if "--spare" in _command(c) and c.pid not in adopted]
+
+    def _adopted(self) -> set[int]:
+        log = self.log_path.read_text(errors="replace")
+        return {int(pid) for pid in ADOPTED.findall(log)}
+
+    def rss(self) -> dict[str, int | list[int]]:
+        return {**super().rss(), "spares": [tree_rss(pid) for pid in self.spare_pids()]}
+
+    def settle(self, limit: float = START_LIMIT) -> None:
+        """Wait until no spare worker is still importing torch (it would steal CPU)."""
+        began = time.perf_counter()
+        while warming_spares(self.log_path.read_text(errors="replace")):
+            if time.perf_counter() - began > limit:
+                raise RuntimeError(f"{self.name}: a spare never got ready; see {self.log_path}")
+            time.sleep(POLL)
+
+
+def _command(process: psutil.Process) -> str:
+    with contextlib.suppress(psutil.Error):
+        return " ".join(process.cmdline())
+    return ""
+
+
+def warming_spares(log: str) -> set[str]:
+    """Ids of the spares the log shows started but neither ready nor exited."""
+    started: set[str] = set()
+    done: set[str] = set()
+    for match in SPARE_EVENT.finditer(log):
+        (started if match["event"] == "Spare started" else done).add(match["id"])
+    return started - done
 
 
 class BareJupyter(JupyterServe):

@@ -1,7 +1,8 @@
 """`ServeApp`: the jupyter_server extension that serves models under `{base_url}serve/`.
 
 The server process never runs model code: it owns the routes, the model
-registry (one batcher and worker pool per model version) and the metrics.
+registry (one batcher and worker pool per model version), the metrics and the
+spare workers (`spare_workers` warm interpreters shared by every model's pool).
 Routes reach them through tornado settings:
 
 * ``serve_registry``: the `ModelRegistry`;
@@ -11,7 +12,7 @@ Routes reach them through tornado settings:
 At start (`_start_jupyter_server_extension`, or `start_models()` awaited
 directly) the snapshot comes back and `load_models` are registered, in a
 background task so the server answers at once (see `startup`).
-`stop_extension` stops every worker, so nothing outlives the server.
+`stop_extension` stops every worker and spare, so nothing outlives the server.
 
 `ts_config` names a TorchServe `config.properties`; its single-server keys
 (`TS_CONFIG_TRAITS`) fill the traits the user did not set explicitly, which is
@@ -32,7 +33,7 @@ from traitlets import Bool, Dict, Float, Int, List, Unicode, default
 
 from .metrics import ServeMetrics
 from .models import BatchPolicy, ServerDefaults
-from .pool import WorkerPool
+from .pool import SparePool, WorkerPool
 from .registry import ModelRegistry, RegistryConfig
 from .routes import ROUTES
 from .routes.fastpath import fast_rules
@@ -152,6 +153,15 @@ class ServeApp(ExtensionApp):
         "machinery: same token check, same answers, a fraction of the server CPU. Only used "
         "when the server's identity provider and authorizer are jupyter_server's stock ones.",
     )
+    spare_workers = Int(
+        1,
+        min=0,
+        config=True,
+        help="Idle workers kept with torch already imported, so a model's new worker "
+        "(register, scale-up, restart) skips the 1.5-2 s `import torch`. Each costs one idle "
+        "interpreter (about 230 MB). The first starts once some model has started a worker; "
+        "0 turns spares off. Workers of another Python (a kernelspec's) always start fresh.",
+    )
     enable_model_api = Bool(
         True,
         config=True,
@@ -181,6 +191,7 @@ class ServeApp(ExtensionApp):
         self.apply_ts_config()
         self.startup_task: asyncio.Task[list[tuple[str, str]]] | None = None
         self.metrics = ServeMetrics()
+        self.spares = SparePool(self.spare_workers)
         self.registry = ModelRegistry(self.registry_config())
         self.settings.update(
             {"serve_registry": self.registry, "serve_metrics": self.metrics, "serve_app": self}
@@ -212,7 +223,7 @@ class ServeApp(ExtensionApp):
         )
 
     def _make_pool(self, spec: Any, batcher: Any) -> WorkerPool:
-        return WorkerPool(spec, batcher, on_metrics=self.metrics.record_batch)
+        return WorkerPool(spec, batcher, on_metrics=self.metrics.record_batch, spares=self.spares)
 
     def apply_ts_config(self) -> None:
         """Fill traits not set explicitly from `ts_config` (TorchServe's precedence)."""
@@ -257,11 +268,14 @@ class ServeApp(ExtensionApp):
             return []
 
     async def stop_extension(self) -> None:
-        """Stop every worker of every model."""
+        """Stop every worker of every model, and the spares."""
         startup = getattr(self, "startup_task", None)
         if startup is not None and not startup.done():
             startup.cancel()
             await asyncio.gather(startup, return_exceptions=True)
         registry: ModelRegistry | None = getattr(self, "registry", None)
-        if registry is not None:
-            await asyncio.shield(registry.shutdown())
+        spares: SparePool | None = getattr(self, "spares", None)
+        stops = [registry.shutdown()] if registry is not None else []
+        if spares is not None:
+            stops.append(spares.stop())
+        await asyncio.shield(asyncio.gather(*stops))

@@ -111,7 +111,10 @@ def _stop_on_signals(server: Any) -> None:
 
 
 def _kill_leftovers(serve: ServeApp) -> None:
-    """Kill workers a cleanup that never ran left behind (the loop ended early)."""
+    """Kill workers and spares a cleanup that never ran left behind (the loop ended early)."""
+    spares = getattr(serve, "spares", None)
+    if spares is not None:
+        spares.kill()
     registry = getattr(serve, "registry", None)
     if registry is None:
         return

@@ -18,11 +18,14 @@ Kinds (letters as TorchServe's, for familiarity)::
     kind  direction        header
     ----  ---------------  ---------------------------------------------------------
     L     server -> worker LoadRequest: model_name, model_dir, handler, gpu_id,
-                           batch_size, limit_max_image_pixels, server_version
+                           batch_size, limit_max_image_pixels, server_version,
+                           sys_path, env, torch_threads (worker.service.LoadSpec)
     I     server -> worker {"requests": [WireRequest...], "command": "predict"|"describe"}
                            WireRequest: request_id, headers {str: str},
                            parameters [{name, content_type, body: [off, len]}]
     R     worker -> server reply to L: {"status": 200, "message": ...}
+                           a spare's first frame, unasked: {"status": 200,
+                           "message": "spare", "pid", "modules": [str...]}
                            reply to I: {"results": [WireResult...], "metrics": [...],
                            "predict_ms": float}
                            WireResult: request_id, status, reason, content_type|null,

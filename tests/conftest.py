@@ -10,9 +10,15 @@ import pytest
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
 
 
+# Spare workers (torch imported ahead of need) are tested on purpose in test_spares.py,
+# test_app.py and the `jupyter serve` subprocess tests; elsewhere they would only add
+# background processes and CPU to tests about something else.
+NO_SPARES = {"spare_workers": 0}
+
+
 @pytest.fixture
 def jp_server_config(jp_server_config: dict[str, Any]) -> dict[str, Any]:
-    return {"ServerApp": {"jpserver_extensions": {"jupyter_serve": True}}}
+    return {"ServerApp": {"jpserver_extensions": {"jupyter_serve": True}}, "ServeApp": NO_SPARES}
 
 
 @pytest.fixture

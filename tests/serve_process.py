@@ -4,12 +4,18 @@
 and a private workdir/root, reads its stderr in a thread, and lets tests block
 until a log line appears (`wait_for`) instead of polling. `client()` is an httpx
 client for `{url}serve/` with the token. `worker_pids()` lists the server's
-worker subprocesses (children running `jupyter_serve.worker`).
+worker subprocesses (children running `jupyter_serve.worker`, spares included),
+`spare_pids()` those started as spares (a spare keeps `--spare` in its command
+line once a model adopts it). Worker and spare output (the
+`jupyter_serve.worker` logger, which `jupyter serve` leaves unconfigured) goes to
+the server's stderr too, through Jupyter's `logging_config`, so tests can wait
+on worker events such as "Spare ready".
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -28,6 +34,10 @@ TOKEN = "e2e-secret-token"
 STARTED = "is running at"  # jupyter_server's line once it listens
 MODELS_UP = "startup models serving"  # ServeApp's line once startup models serve
 WAIT = 120.0  # seconds; only a guard against a server that never logs the line
+WORKER_LOGGER = {"level": "INFO", "handlers": ["console"]}
+WORKER_LOGS = {
+    "ServerApp": {"logging_config": {"loggers": {"jupyter_serve.worker": WORKER_LOGGER}}}
+}
 
 
 def jupyter_command() -> list[str]:
@@ -62,9 +72,12 @@ class ServeProcess:
             "--no-browser",
             *args,
         ]
+        config_dir = root / ".jupyter-config"  # no user config, only WORKER_LOGS
+        config_dir.mkdir(parents=True, exist_ok=True)
+        (config_dir / "jupyter_server_config.json").write_text(json.dumps(WORKER_LOGS))
         env = {
             **os.environ,
-            "JUPYTER_CONFIG_DIR": str(root / ".jupyter-config"),  # no user config
+            "JUPYTER_CONFIG_DIR": str(config_dir),
             "JUPYTER_DATA_DIR": str(root / ".jupyter-data"),
             "JUPYTER_RUNTIME_DIR": str(root / ".jupyter-runtime"),
         }
@@ -112,8 +125,16 @@ class ServeProcess:
         return httpx.Client(base_url=f"{self.url}serve/", headers=headers, timeout=WAIT, **kw)
 
     def worker_pids(self) -> list[int]:
+        """Worker processes, spares included."""
+        return self._children("jupyter_serve.worker")
+
+    def spare_pids(self) -> list[int]:
+        """Workers started as spares (`--spare`), idle or adopted by a model since."""
+        return self._children("--spare")
+
+    def _children(self, marker: str) -> list[int]:
         children = psutil.Process(self.process.pid).children()
-        return sorted(c.pid for c in children if "jupyter_serve.worker" in " ".join(c.cmdline()))
+        return sorted(c.pid for c in children if marker in " ".join(c.cmdline()))
 
     def send(self, signum: int = signal.SIGINT) -> None:
         self.process.send_signal(signum)

@@ -1,4 +1,9 @@
-"""The server extension: enabled by default, routes under {base_url}serve/, auth everywhere."""
+"""The server extension: enabled by default, routes under {base_url}serve/, auth everywhere.
+
+This module's server keeps one spare worker (`spare_workers=1`, the default) to
+show that a server serving no model starts none, and that `stop_extension`
+stops spares with the workers.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +11,32 @@ import json
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
+from route_models import register, serve_state, server_config
 from tornado.httpclient import HTTPClientError
 
+from jupyter_serve.app import ServeApp
+
 Fetch = Callable[..., Awaitable[Any]]
+
+
+@pytest.fixture
+def jp_server_config(tmp_path: Path) -> dict[str, Any]:
+    return server_config(tmp_path, spare_workers=1)
+
+
+def serve_app(serverapp: Any) -> ServeApp:
+    app: ServeApp = serverapp.web_app.settings["serve_app"]
+    return app
+
+
+def spare_children() -> list[int]:
+    children = psutil.Process().children(recursive=True)
+    return [child.pid for child in children if "--spare" in child.cmdline()]
 
 
 async def test_ping_answers_healthy_with_the_token(jp_fetch: Fetch) -> None:
@@ -57,3 +82,37 @@ def test_extension_is_enabled_by_the_installed_config() -> None:
     output = listing.stdout + listing.stderr
     assert "jupyter_serve" in output
     assert "jupyter_serve 0.1.0" in output
+
+
+async def test_a_server_serving_no_model_starts_no_spare(
+    jp_fetch: Fetch, jp_serverapp: Any
+) -> None:
+    assert (await jp_fetch("serve", "models")).code == 200
+    assert serve_app(jp_serverapp).spare_workers == 1
+    assert (serve_app(jp_serverapp).spares.launched, spare_children()) == (0, [])
+
+
+async def test_a_new_worker_adopts_the_spare_and_stop_extension_stops_everything(
+    jp_fetch: Fetch, jp_serverapp: Any
+) -> None:
+    app, (registry, _) = serve_app(jp_serverapp), serve_state(jp_serverapp)
+    await register(jp_serverapp, "first")  # starts cold, then the first spare starts
+    await app.spares.wait_until(lambda spares: len(spares.ready_pids) == 1)
+    [spare] = app.spares.ready_pids
+    await register(jp_serverapp, "second")
+    [described] = registry.describe("second")
+    assert [worker["pid"] for worker in described["workers"]] == [spare]
+    raw = {"Content-Type": "application/octet-stream"}
+    answer = await jp_fetch(
+        "serve", "predictions", "second", method="POST", body=b"hi", headers=raw
+    )
+    assert (answer.code, answer.body) == (200, b"hi")
+
+    await app.spares.wait_until(lambda spares: len(spares.pids) == 1)  # the refill
+    workers = [
+        w["pid"] for name in ("first", "second") for w in registry.describe(name)[0]["workers"]
+    ]
+    running = [*workers, *app.spares.pids]
+    await app.stop_extension()
+    assert not [pid for pid in running if psutil.pid_exists(pid)]
+    assert spare_children() == []

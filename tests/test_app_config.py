@@ -91,7 +91,7 @@ def serve_traits(
 def jp_server_config(serve_traits: dict[str, Any]) -> dict[str, Any]:
     return {
         "ServerApp": {"jpserver_extensions": {"jupyter_serve": True}},
-        "ServeApp": serve_traits,
+        "ServeApp": {"spare_workers": 0, **serve_traits},
     }
 
 

@@ -59,7 +59,7 @@ def demo_server(tmp_path: Path) -> Iterator[ServeProcess]:
         server.kill()
 
 
-def test_jupyter_serve_demo_serves_and_ctrl_c_twice_leaves_no_worker(
+def test_jupyter_serve_demo_serves_and_ctrl_c_twice_leaves_no_worker_nor_spare(
     demo_server: ServeProcess, tmp_path: Path
 ) -> None:
     with demo_server.client() as client:
@@ -73,7 +73,8 @@ def test_jupyter_serve_demo_serves_and_ctrl_c_twice_leaves_no_worker(
     snapshot = json.loads((tmp_path / "work" / "snapshot.json").read_text())
     assert list(snapshot["models"]) == ["demo"]
     pids = demo_server.worker_pids()
-    assert len(pids) == 1
+    spares = demo_server.spare_pids()
+    assert (len(pids), len(spares)) == (2, 1)  # the demo model's worker and the spare
     demo_server.send(signal.SIGINT)
     demo_server.send(signal.SIGINT)  # a second Ctrl-C must not cut the cleanup short
     assert demo_server.stop() == 0

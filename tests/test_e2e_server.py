@@ -3,7 +3,8 @@
 Written against TorchServe's documented routes and messages (contract §1): the
 management calls a TorchServe client makes, predictions with a raw, JSON and
 multipart body, concurrent clients that share batches, a worker killed while it
-holds a request, and a restart that brings the models back from the snapshot.
+holds a request, a new worker adopting the warm spare (`spare_workers` keeps its
+default of 1 here), and a restart that brings the models back from the snapshot.
 The archives hold a small echo handler (no torch), so workers start at once.
 """
 
@@ -170,6 +171,28 @@ def test_worker_killed_mid_request_is_an_error_and_replaced(
     assert client.delete("models/echo").status_code == 200
 
 
+def test_a_registered_model_adopts_the_warm_spare(
+    server: ServeProcess, client: httpx.Client
+) -> None:
+    answer = register(client, "batcher.mar", initial_workers=1, synchronous="true")
+    assert answer.status_code == 200, answer.text
+    [batcher] = [worker["pid"] for worker in client.get("models/batcher").json()[0]["workers"]]
+    # The idle spare: started, or refilled, when batcher's worker started (maybe adopting one).
+    [spare] = [pid for pid in server.spare_pids() if pid != batcher]
+    server.wait_for(f"Spare ready, pid {spare}")
+
+    assert register(client, "echo.mar", initial_workers=1, synchronous="true").status_code == 200
+    [described] = client.get("models/echo").json()
+    assert [worker["pid"] for worker in described["workers"]] == [spare]
+    reply = client.post("predictions/echo", json={"ask": "batch"})
+    assert (reply.status_code, reply.json()) == (200, {"batch": 1, "pid": spare})
+    server.wait_for(f"Worker adopted a spare, pid {spare}")
+
+    assert client.delete("models/echo").status_code == 200
+    assert client.delete("models/batcher").status_code == 200
+    assert alive([spare]) == []
+
+
 def test_restart_restores_models_from_the_snapshot(tmp_path: Path) -> None:
     store = tmp_path / "model_store"
     store.mkdir()
@@ -185,7 +208,10 @@ def test_restart_restores_models_from_the_snapshot(tmp_path: Path) -> None:
             assert register(client, "v2/echo.mar", initial_workers=1).status_code == 200
             assert client.put("models/echo/2.0/set-default").status_code == 200
             described = client.get("models/echo/all").json()
-            pids = [worker["pid"] for model in described for worker in model["workers"]]
+            workers = [worker["pid"] for model in described for worker in model["workers"]]
+            pids = first.worker_pids()
+        assert set(workers) < set(pids)
+        assert len(pids) == 4  # three workers and the idle spare
         assert first.stop(signal.SIGTERM) == 0
         assert alive(pids) == []
     finally:

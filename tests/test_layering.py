@@ -63,6 +63,11 @@ def heavy_modules_after(setup: str, watched: tuple[str, ...]) -> list[str]:
             (*SERVER_SIDE, "torch", "traitlets"),
             id="worker-with-ts-and-mms-shims",
         ),
+        pytest.param(
+            "from jupyter_serve.worker import warm\nwarm.warm_up()",
+            (*SERVER_SIDE, "traitlets"),
+            id="spare-after-its-warm-up",
+        ),
     ],
 )
 def test_imports_stay_on_their_side(setup: str, watched: tuple[str, ...]) -> None:

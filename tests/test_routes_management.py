@@ -55,7 +55,7 @@ WORKER_KEYS = {"id", "startTime", "status", "memoryUsage", "pid", "gpu", "gpuUsa
 @pytest.fixture
 def jp_server_config(jp_server_config: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
     serve = {"workdir": str(tmp_path / "work"), "model_store": str(tmp_path / "store")}
-    return {**jp_server_config, "ServeApp": serve}
+    return {**jp_server_config, "ServeApp": {**jp_server_config["ServeApp"], **serve}}
 
 
 @pytest.fixture

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 from worker_harness import WorkerProcess, only_result, request, write_model
 
-from jupyter_serve.protocol import InferenceRequest, Kind, Parameter, decode_results
+from jupyter_serve.protocol import InferenceRequest, Kind, Parameter, ProtocolError, decode_results
+from jupyter_serve.worker.service import LoadSpec
 
 BEHAVIOURS = """
 import os
@@ -467,3 +468,17 @@ def test_unknown_handler_fails_the_load(tmp_path: Path) -> None:
 def test_result_frames_decode_to_the_requests_in_order(worker: WorkerProcess) -> None:
     reply = worker.infer(*(do("echo", f"id{i}", body=[i]) for i in range(3)))
     assert [r.request_id for r in decode_results(reply)] == ["id0", "id1", "id2"]
+
+
+def test_load_spec_takes_the_launch_settings_with_defaults() -> None:
+    plain = LoadSpec.from_header({"model_dir": "/m"})
+    assert (plain.sys_path, plain.env, plain.torch_threads) == ((), {}, None)
+    header = {"model_dir": "/m", "sys_path": ["/deps"], "env": {"A": "1", "B": None}}
+    given = LoadSpec.from_header({**header, "torch_threads": 2})
+    assert (given.sys_path, given.env, given.torch_threads) == (
+        ("/deps",),
+        {"A": "1", "B": None},
+        2,
+    )
+    with pytest.raises(ProtocolError, match="Bad load header"):
+        LoadSpec.from_header({"model_dir": "/m", "torch_threads": "many"})

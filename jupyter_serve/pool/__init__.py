@@ -1,8 +1,11 @@
 """The server-side worker pool: worker processes of one model version, fed by its Batcher.
 
-* `worker.SubprocessWorker`: one `python -m jupyter_serve.worker` process and its socket.
+* `process.WorkerProcess`: one `python -m jupyter_serve.worker` process, its socket and output.
+* `worker.SubprocessWorker`: one worker of a model: the load and the batches over that process.
 * `pool.WorkerPool`: keeps N of them alive (backoff restarts, GPU round-robin) and
   runs one dispatch loop per ready worker.
+* `spares.SparePool`: one per server, a few idle workers with torch already imported
+  that new workers of any model adopt instead of starting cold.
 * `errors`: `WorkerLoadError`, `WorkerDied`, `BatchFailed`.
 * `logs.WorkerLog`: worker output to logging and a ring buffer for `%serve logs`.
 * `stats`: resident memory of a worker and TorchServe's date format, for describe.
@@ -15,6 +18,7 @@ from __future__ import annotations
 from .errors import BatchFailed, WorkerDied, WorkerLoadError
 from .logs import WorkerLog
 from .pool import BACKOFF, MetricsCallback, ScaleResult, WorkerPool
+from .spares import SparePool
 from .worker import SubprocessWorker, WorkerReply, WorkerState
 
 __all__ = [
@@ -22,6 +26,7 @@ __all__ = [
     "BatchFailed",
     "MetricsCallback",
     "ScaleResult",
+    "SparePool",
     "SubprocessWorker",
     "WorkerDied",
     "WorkerLoadError",

@@ -51,9 +51,9 @@ class WorkerLog:
 
 
 async def pump_lines(
-    stream: asyncio.StreamReader, log: WorkerLog, worker_id: str, level: int, tail: deque[str]
+    stream: asyncio.StreamReader, emit: Callable[[str], None], tail: deque[str]
 ) -> None:
-    """Forward `stream` to `log` line by line until EOF; keep the last lines in `tail` too."""
+    """Forward `stream` to `emit` line by line until EOF; keep the last lines in `tail` too."""
     while True:
         try:
             raw = await stream.readline()
@@ -63,4 +63,4 @@ async def pump_lines(
             return
         text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
         tail.append(text)
-        log.emit(worker_id, text, level)
+        emit(text)

@@ -19,7 +19,6 @@ import contextlib
 import copy
 import dataclasses
 import logging
-import os
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -32,10 +31,12 @@ from ..errors import BadRequest, ServeError, ServiceUnavailable
 from ..protocol import InferenceRequest, InferenceResult
 from .errors import WorkerLoadError
 from .logs import LOGGER, WorkerLog
+from .process import cpu_threads_per_worker, worker_command
 from .worker import SubprocessWorker, WorkerReply, WorkerState
 
 if TYPE_CHECKING:
     from ..models import ModelSpec
+    from .spares import SparePool
 
 __all__ = ["BACKOFF", "MetricsCallback", "ScaleResult", "WorkerPool"]
 
@@ -93,6 +94,7 @@ class WorkerPool:
         log_buffer: the ring buffer for the model's worker output (kept across pools).
         gpu_count: how many GPUs are visible (asked once, when the first worker starts).
         stop_grace: seconds between SIGTERM and SIGKILL when stopping a worker.
+        spares: the server's warm spare workers, which new workers adopt when they fit.
     """
 
     def __init__(
@@ -106,10 +108,11 @@ class WorkerPool:
         log_buffer: deque[str] | None = None,
         gpu_count: Callable[[], int] = devices.gpu_count,
         stop_grace: float = 5.0,
+        spares: SparePool | None = None,
     ) -> None:
         self.spec = spec
         self.batcher = batcher
-        self.command = list(command or [spec.python, "-m", "jupyter_serve.worker"])
+        self.command = list(command or worker_command(spec.python))
         self.min_workers = 0
         self.max_workers = 0
         self.log = WorkerLog(spec.model_name, log_buffer)
@@ -118,6 +121,7 @@ class WorkerPool:
         self._gpu_count = gpu_count
         self._visible: int | None = None
         self._stop_grace = stop_grace
+        self._spares = spares
         self._slots: list[_Slot] = []
         self._retired: set[_Slot] = set()
         self._changed = asyncio.Event()
@@ -284,6 +288,7 @@ class WorkerPool:
             env=devices.worker_env(slot.gpu_id, gpus=self._visible),
             torch_threads=self.spec.torch_threads or cpu_threads_per_worker(len(self._slots)),
             on_exit=lambda exited: self._worker_exited(slot, exited),
+            spares=self._spares,
         )
         slot.worker = worker
         try:
@@ -396,17 +401,6 @@ class WorkerPool:
             self._on_metrics(self.spec, reply.metrics, reply.predict_ms, batch_len, queue_ms)
         except Exception:  # metrics must never break serving
             LOGGER.exception("on_metrics failed for %s", self.spec.model_name)
-
-
-def cpu_threads_per_worker(workers: int, cores: int | None = None) -> int:
-    """Torch threads for one of `workers` CPU workers sharing the machine's cores.
-
-    Torch defaults every process to all cores; N workers then oversubscribe the CPU
-    (measured here: a CNN with 2 workers ran at 13.9 req/s with 2 threads each against
-    30.9 with 1, tech-notes.md). A model's `torchThreads` overrides this.
-    """
-    available = cores if cores is not None else (os.cpu_count() or 1)
-    return max(1, available // max(1, workers))
 
 
 def _deliver(batch: list[Pending], reply: WorkerReply, dispatched: float) -> None:

@@ -1,9 +1,15 @@
-"""`SubprocessWorker`: one worker process, its socket, its output and its life cycle.
+"""`SubprocessWorker`: one worker of one model version, its load and its batches.
 
-The worker is a fresh interpreter (`<python> -m jupyter_serve.worker --fd N`)
-talking jupyter_serve.protocol over one end of a `socket.socketpair()` passed
-with `pass_fds`. It runs in its own session (process group), so stopping it
-also stops whatever processes its handler started.
+The process itself (`<python> -m jupyter_serve.worker --fd N`, its socket, its
+output, signals and reaping) is a `process.WorkerProcess`; this class speaks the
+protocol over it and keeps the worker's state. `start()` adopts a warm process
+from the server's `SparePool` when it has a ready spare for this worker's
+command, else launches a fresh one. Either way the `L` frame carries what
+differs per worker and must be in place before the handler is imported: the
+model's `python_path` (`sys_path`), the environment a fresh process would have
+been launched with (`env`, as changes: none for a fresh one) and the torch
+thread count (`torch_threads`). An adopted worker's pid and start time are the
+spare's.
 
 States::
 
@@ -17,13 +23,8 @@ Times are seconds (`spec.startup_timeout`, `spec.response_timeout`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
-import logging
-import os
 import signal
-import socket
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -35,16 +36,17 @@ from .._version import __version__
 from ..errors import ServeError
 from ..protocol import Frame, InferenceRequest, InferenceResult, Kind
 from .errors import BatchFailed, WorkerDied, WorkerLoadError
-from .logs import WorkerLog, pump_lines
-from .stats import rss_bytes, torchserve_time
+from .logs import WorkerLog
+from .process import Disconnected, WorkerProcess, env_changes, worker_environment
+from .stats import torchserve_time
 
 if TYPE_CHECKING:
     from ..models import ModelSpec
+    from .spares import SparePool
 
 __all__ = ["SubprocessWorker", "WorkerReply", "WorkerState", "next_worker_id"]
 
 _ids = itertools.count(9000)
-_EXIT_WAIT = 2.0  # seconds to collect the exit code after the socket closed
 _OOM_EXIT_CODES = (137, -signal.SIGKILL)  # SIGKILL from outside (OOM killer): 507
 
 
@@ -70,10 +72,6 @@ class WorkerReply:
     predict_ms: float
 
 
-class _Disconnected(Exception):
-    """The socket closed or carried garbage: the worker is gone or cannot be trusted."""
-
-
 class SubprocessWorker:
     """One worker process serving one model version.
 
@@ -84,6 +82,9 @@ class SubprocessWorker:
         gpu_id: the server-side GPU id, None for a CPU worker.
         env: extra environment (devices.worker_env) over the server's.
         on_exit: called once with this worker when its process has exited.
+        torch_threads: torch threads of the worker (default `spec.torch_threads`).
+        spares: the server's spare workers, adopted instead of a launch when one fits.
+        torch_threads: torch threads of the worker (default `spec.torch_threads`).
     """
 
     def __init__(
@@ -96,6 +97,7 @@ class SubprocessWorker:
         env: Mapping[str, str] | None = None,
         on_exit: Callable[[SubprocessWorker], None] | None = None,
         torch_threads: int | None = None,
+        spares: SparePool | None = None,
     ) -> None:
         self.spec = spec
         self.torch_threads = torch_threads or spec.torch_threads
@@ -103,18 +105,14 @@ class SubprocessWorker:
         self.gpu_id = gpu_id
         self.state = WorkerState.STARTING
         self.pid: int | None = None
-        self.start_time = datetime.now(timezone.utc)
-        self.returncode: int | None = None
+        self.start_time = datetime.now(timezone.utc)  # the process's, once there is one
+        self.adopted = False  # the process was a spare
         self._command = list(command)
         self._log = log
         self._extra_env = dict(env or {})
         self._on_exit = on_exit
-        self._tail: deque[str] = deque(maxlen=20)
-        self._process: asyncio.subprocess.Process | None = None
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._tasks: list[asyncio.Task[None]] = []
-        self._exited = asyncio.Event()
+        self._spares = spares
+        self._process: WorkerProcess | None = None
         self._killed = False
 
     def __repr__(self) -> str:
@@ -127,84 +125,55 @@ class SubprocessWorker:
         """Loaded and serving (READY or BUSY)."""
         return self.state in (WorkerState.READY, WorkerState.BUSY)
 
+    @property
+    def returncode(self) -> int | None:
+        """The process's exit code once it exited, else None."""
+        return None if self._process is None else self._process.returncode
+
     # ---- start and load ------------------------------------------------------
 
     async def start(self) -> None:
-        """Spawn the process and load the model; READY on return.
+        """Adopt a spare or launch a process, then load the model; READY on return.
 
         Raises:
             WorkerLoadError: no `R(200)` within `spec.startup_timeout` (E frame, exit, timeout).
         """
-        await self._spawn()
-        await self._load()
+        env = worker_environment(self.spec.python_path, self.torch_threads, self._extra_env)
+        spare = self._take_spare()
+        process = spare or await self._launch(env)
+        self._attach(process, adopted=spare is not None)
+        await self._load(env_changes(process.env, env))
 
-    async def _spawn(self) -> None:
-        parent, child = socket.socketpair()
+    def _take_spare(self) -> WorkerProcess | None:
+        if self._spares is None:
+            return None
+        return self._spares.take(self._command, self.spec.python_path)
+
+    async def _launch(self, env: dict[str, str]) -> WorkerProcess:
+        args = ["--torch-threads", str(self.torch_threads)] if self.torch_threads else []
         try:
-            self._process = await asyncio.create_subprocess_exec(
-                *self._argv(child.fileno()),
-                pass_fds=(child.fileno(),),
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env=self._environment(),
-                start_new_session=True,
-                limit=1 << 20,
-            )
+            return await WorkerProcess.launch(self._command, env, self._log, self.id, args)
         except OSError as exc:
-            parent.close()
             self.state = WorkerState.DEAD
             raise WorkerLoadError(f"Cannot start worker {self._command!r}: {exc}") from exc
-        finally:
-            child.close()
-        self.pid = self._process.pid
-        self.start_time = datetime.now(timezone.utc)
-        self._reader, self._writer = await asyncio.open_unix_connection(sock=parent)
-        self._watch(self._process)
-        self._note(f"Worker started, pid {self.pid}, gpu {self.gpu_id}")
 
-    def _argv(self, fd: int) -> list[str]:
-        argv = [*self._command, "--fd", str(fd)]
-        if self.torch_threads:
-            argv += ["--torch-threads", str(self.torch_threads)]
-        return argv
+    def _attach(self, process: WorkerProcess, *, adopted: bool) -> None:
+        self._process, self.pid, self.start_time = process, process.pid, process.start_time
+        self.adopted = adopted
+        process.relabel(self._log, self.id)
+        process.on_exit = self._process_exited
+        how = "adopted a spare" if adopted else "started"
+        self._note(f"Worker {how}, pid {self.pid}, gpu {self.gpu_id}")
 
-    def _environment(self) -> dict[str, str]:
-        from ..kernels import worker_pythonpath
-
-        env = dict(os.environ)
-        paths = [worker_pythonpath(), *self.spec.python_path]
-        if env.get("PYTHONPATH"):
-            paths.append(env["PYTHONPATH"])
-        env["PYTHONPATH"] = os.pathsep.join(paths)
-        env["PYTHONUNBUFFERED"] = "1"  # handler prints reach the log line by line
-        if self.torch_threads:  # OpenMP/MKL pools sized before torch starts (a user's own wins)
-            env.setdefault("OMP_NUM_THREADS", str(self.torch_threads))
-            env.setdefault("MKL_NUM_THREADS", str(self.torch_threads))
-        env.update(self._extra_env)
-        return env
-
-    def _watch(self, process: asyncio.subprocess.Process) -> None:
-        assert process.stdout is not None
-        assert process.stderr is not None
-        streams = ((process.stdout, logging.INFO), (process.stderr, logging.WARNING))
-        for stream, level in streams:
-            pump = pump_lines(stream, self._log, self.id, level, self._tail)
-            self._tasks.append(asyncio.ensure_future(pump))
-        self._tasks.append(asyncio.ensure_future(self._wait_exit(process)))
-
-    async def _wait_exit(self, process: asyncio.subprocess.Process) -> None:
-        self.returncode = await process.wait()
+    def _process_exited(self, process: WorkerProcess) -> None:
         if self.state is not WorkerState.STOPPED:
             self.state = WorkerState.DEAD
-        self._note(f"Worker exited with code {self.returncode}")
-        self._exited.set()
         if self._on_exit is not None:
             self._on_exit(self)
 
-    async def _load(self) -> None:
+    async def _load(self, env: dict[str, str | None]) -> None:
         timeout = self.spec.startup_timeout
-        request = protocol.encode(Frame(Kind.LOAD, self._load_header()))
+        request = protocol.encode(Frame(Kind.LOAD, self._load_header(env)))
         try:
             reply = await asyncio.wait_for(self._exchange(request), timeout)
         except asyncio.TimeoutError:
@@ -213,13 +182,13 @@ class SubprocessWorker:
                 f"Worker {self.id} did not load model {self.spec.model_name} "
                 f"within startup_timeout ({timeout:g} s)."
             ) from None
-        except _Disconnected:
+        except Disconnected:
             code = await self._exit_code()
             raise WorkerLoadError(self._exit_message(code), traceback=self.output_tail()) from None
         self._check_loaded(reply)
         self.state = WorkerState.READY
 
-    def _load_header(self) -> dict[str, Any]:
+    def _load_header(self, env: dict[str, str | None]) -> dict[str, Any]:
         spec = self.spec
         return {
             "model_name": spec.model_name,
@@ -231,6 +200,9 @@ class SubprocessWorker:
             "server_version": __version__,
             "model_yaml_config": spec.model_yaml_config,
             "decode_input_request": spec.decode_input_request,
+            "sys_path": list(spec.python_path),
+            "env": env,
+            "torch_threads": self.torch_threads,
         }
 
     def _check_loaded(self, reply: Frame) -> None:
@@ -247,7 +219,8 @@ class SubprocessWorker:
             raise WorkerLoadError(f"Worker {self.id} answered the load request with {header!r}")
 
     def _exit_message(self, code: int | None) -> str:
-        last = self._tail[-1] if self._tail else "no output"
+        tail = self._process.tail if self._process is not None else ()
+        last = tail[-1] if tail else "no output"
         return (
             f"Worker {self.id} exited with code {code} while loading model "
             f"{self.spec.model_name}; last output: {last}"
@@ -255,7 +228,7 @@ class SubprocessWorker:
 
     def output_tail(self) -> str:
         """The worker's last output lines (up to 20), for error messages."""
-        return "\n".join(self._tail)
+        return "\n".join(self._process.tail) if self._process is not None else ""
 
     # ---- predict -------------------------------------------------------------
 
@@ -293,7 +266,7 @@ class SubprocessWorker:
             self._note(f"No answer within response_timeout ({timeout:g} s): killing the worker")
             self.kill()
             raise WorkerDied() from None
-        except _Disconnected:
+        except Disconnected:
             code = await self._exit_code()
             raise WorkerDied(status_code=self._death_status(code)) from None
 
@@ -311,27 +284,12 @@ class SubprocessWorker:
         return 507 if code in _OOM_EXIT_CODES and not self._killed else 500
 
     async def _exchange(self, data: bytes) -> Frame:
-        assert self._reader is not None
-        assert self._writer is not None
-        try:
-            self._writer.write(data)
-            await self._writer.drain()
-            reply = await protocol.read_frame(self._reader)
-        except (OSError, protocol.ProtocolError) as exc:
-            raise _Disconnected(str(exc)) from exc
-        if reply is None:
-            raise _Disconnected("end of stream")
-        return reply
+        assert self._process is not None
+        return await self._process.exchange(data)
 
     async def _exit_code(self) -> int | None:
-        """The exit code once the process ended; kill it if it lingers without its socket."""
-        try:
-            await asyncio.wait_for(self._exited.wait(), _EXIT_WAIT)
-        except asyncio.TimeoutError:
-            self._note("Worker closed its socket but did not exit: killing it")
-            self.kill()
-            await self._exited.wait()
-        return self.returncode
+        assert self._process is not None
+        return await self._process.exit_code()
 
     # ---- stop ----------------------------------------------------------------
 
@@ -340,14 +298,8 @@ class SubprocessWorker:
         self._killed = True
         if self.state is not WorkerState.STOPPED:
             self.state = WorkerState.DEAD
-        self._signal(signal.SIGKILL)
-
-    def _signal(self, signum: int) -> None:
-        process = self._process
-        if process is None or process.returncode is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signum)  # its own session: the pgid is its pid
+        if self._process is not None:
+            self._process.signal(signal.SIGKILL)
 
     async def stop(self, grace: float = 5.0) -> None:
         """Close the socket, SIGTERM, SIGKILL after `grace` s; return once all is reaped.
@@ -357,42 +309,8 @@ class SubprocessWorker:
         """
         if self.state is not WorkerState.DEAD:
             self.state = WorkerState.STOPPED
-        try:
-            await self._close_socket()
-            await self._terminate(grace)
-        except asyncio.CancelledError:
-            self.kill()
-            await self._reap(grace)
-            raise
-        await self._reap(grace)
-
-    async def _close_socket(self) -> None:
-        writer, self._writer = self._writer, None
-        if writer is None:
-            return
-        writer.close()
-        with contextlib.suppress(OSError):
-            await writer.wait_closed()
-
-    async def _terminate(self, grace: float) -> None:
-        if self._process is None:
-            return
-        self._signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(self._exited.wait(), grace)
-        except asyncio.TimeoutError:
-            self._note(f"Worker still running {grace:g} s after SIGTERM: killing it")
-            self.kill()
-            await self._exited.wait()
-
-    async def _reap(self, grace: float) -> None:
-        """Wait for the output pumps; a grandchild holding the pipes open is not waited for."""
-        if not self._tasks:
-            return
-        _, lingering = await asyncio.wait(self._tasks, timeout=grace)
-        for task in lingering:
-            task.cancel()
-        await asyncio.gather(*lingering, return_exceptions=True)
+        if self._process is not None:
+            await self._process.stop(grace)
 
     def _note(self, text: str) -> None:
         self._log.emit(self.id, text)
@@ -401,9 +319,7 @@ class SubprocessWorker:
 
     def memory_usage(self) -> int:
         """Resident set size of the worker process in bytes (0 once it is gone)."""
-        if self.pid is None or self.returncode is not None:
-            return 0
-        return rss_bytes(self.pid)
+        return 0 if self._process is None else self._process.memory_usage()
 
     def describe(self) -> dict[str, Any]:
         """TorchServe's worker object in the describe-model JSON."""

@@ -9,10 +9,12 @@ Run as ``python -m jupyter_serve.worker --fd N`` (see `__main__`). The modules:
 * `inputs`   - wire requests into TorchServe's batch input (`data`, request headers)
 * `outputs`  - handler output items into response bodies
 * `failures` - exceptions into `E` frames (status chosen by exception type)
+* `warm`     - a spare's warm-up, and the per-worker settings of the `L` frame
 * `compat/`  - tiny `ts` and `mms` packages for handlers written for TorchServe or MMS
 
-Nothing here imports tornado, jupyter_server or torch: a handler imports torch
-when it needs it. This package's `__init__` imports nothing on purpose.
+Nothing here imports tornado or jupyter_server, nor torch at import: a handler
+imports torch when it needs it, and a spare (`--spare`) imports it ahead of its
+model. This package's `__init__` imports nothing on purpose.
 """
 
 from __future__ import annotations

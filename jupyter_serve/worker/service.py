@@ -6,7 +6,11 @@ inherited connection. The `L` header (all keys but `model_dir` optional)::
 
     model_name, model_dir, handler ("" -> the manifest's), gpu_id, batch_size,
     limit_max_image_pixels, server_version, model_yaml_config,
-    decode_input_request
+    decode_input_request, sys_path, env, torch_threads
+
+`sys_path`, `env` and `torch_threads` are what a worker launched for this
+model would have got at launch; they are applied before the handler is
+imported (see `warm`), which is what lets a spare started earlier serve it.
 
 A loaded model answers ``R {"status": 200, "message": "loaded", "pid"}``; a failed
 load answers `E` (500, or 507 out of memory) and `serve` returns 1. A batch
@@ -42,6 +46,7 @@ from .inputs import build_batch
 from .loader import DEFAULT_BUILTIN_PACKAGE, HandleFunction, HandlerLoadError, load_handler
 from .metrics import MetricsCache, MetricTypes
 from .outputs import build_results
+from .warm import apply_settings, set_torch_threads
 
 GAUGE = MetricTypes.GAUGE
 
@@ -59,6 +64,9 @@ class LoadSpec:
     server_version: str = ""
     model_yaml_config: dict[str, Any] = field(default_factory=dict)
     decode_input_request: bool = True
+    sys_path: tuple[str, ...] = ()
+    env: dict[str, str | None] = field(default_factory=dict)
+    torch_threads: int | None = None
 
     @classmethod
     def from_header(cls, header: dict[str, Any]) -> LoadSpec:
@@ -74,6 +82,9 @@ class LoadSpec:
                 server_version=str(header.get("server_version") or ""),
                 model_yaml_config=dict(header.get("model_yaml_config") or {}),
                 decode_input_request=bool(header.get("decode_input_request", True)),
+                sys_path=tuple(str(entry) for entry in header.get("sys_path") or ()),
+                env=_env(header.get("env") or {}),
+                torch_threads=int(header.get("torch_threads") or 0) or None,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ProtocolError(f"Bad load header: {exc!r}") from exc
@@ -137,6 +148,8 @@ class ModelService:
         return Frame(Kind.RESULT, {"status": 200, "message": "loaded", "pid": os.getpid()})
 
     def _load(self, spec: LoadSpec) -> LoadedModel:
+        threads = spec.torch_threads or self.torch_threads
+        apply_settings(spec.sys_path, spec.env, threads)
         manifest = read_manifest(spec.model_dir).to_dict()
         model = LoadedModel(spec, manifest, MetricsCache(spec.model_name))
         if not model.handler:
@@ -146,13 +159,8 @@ class ModelService:
         _, model.handle = load_handler(
             model.handler, spec.model_dir, model.context(), self.builtin_package
         )
-        self._set_torch_threads()
+        set_torch_threads(threads)  # the handler may have imported torch just now
         return model
-
-    def _set_torch_threads(self) -> None:
-        torch = sys.modules.get("torch")
-        if self.torch_threads and torch is not None:
-            torch.set_num_threads(self.torch_threads)
 
     def infer(self, frame: Frame) -> Frame:
         """Answer an `I` frame with R (per-request results) or E (the batch failed)."""
@@ -185,6 +193,10 @@ def run_batch(model: LoadedModel, requests: list[InferenceRequest], command: str
     dimensions = {"ModelName": model.spec.model_name, "Level": "Model"}
     model.metrics.add_metric("PredictionTime", predict_ms, "ms", None, dimensions, GAUGE)
     return encode_results(results, metrics=model.metrics.drain(), predict_ms=predict_ms)
+
+
+def _env(changes: dict[str, Any]) -> dict[str, str | None]:
+    return {str(name): None if value is None else str(value) for name, value in changes.items()}
 
 
 def _load_failure(spec: LoadSpec, exc: Exception) -> Failure:

@@ -1,0 +1,289 @@
+"""`WorkerProcess`: one launched worker interpreter, its socket, its output and its exit.
+
+A worker process is `<python> -m jupyter_serve.worker --fd N [args]`: a fresh
+interpreter talking jupyter_serve.protocol over one end of a
+`socket.socketpair()` passed with `pass_fds`, in its own session (process
+group), so stopping it also stops whatever processes its handler started.
+
+This module knows processes, not models: `SubprocessWorker` (worker.py) drives
+the protocol on top of it, and `SparePool` (spares.py) keeps a few launched
+before any model needs them. Output lines go to a `WorkerLog` under a label
+that can change once (a spare's ``[spare/9003]`` becomes its model's).
+`worker_environment` is the environment a worker of a model gets (with
+`cpu_threads_per_worker` sizing its thread pools); `env_changes` is what a
+spare launched with another environment must change to match it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timezone
+
+from .. import protocol
+from ..protocol import Frame
+from .logs import WorkerLog, pump_lines
+from .stats import rss_bytes
+
+__all__ = [
+    "Disconnected",
+    "WorkerProcess",
+    "cpu_threads_per_worker",
+    "env_changes",
+    "worker_command",
+    "worker_environment",
+]
+
+_EXIT_WAIT = 2.0  # seconds to collect the exit code after the socket closed
+_STREAM_LIMIT = 1 << 20  # longest output line forwarded
+
+
+class Disconnected(Exception):
+    """The socket closed or carried garbage: the worker is gone or cannot be trusted."""
+
+
+def worker_command(python: str) -> list[str]:
+    """The command of a worker run by `python`, before "--fd N"."""
+    return [python, "-m", "jupyter_serve.worker"]
+
+
+def worker_environment(
+    python_path: Sequence[str] = (),
+    torch_threads: int | None = None,
+    extra: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The server's environment as a worker with these settings needs it.
+
+    `PYTHONPATH` gets this package's folder and `python_path` (per-model deps)
+    before the server's own entries; OpenMP and MKL pools get `torch_threads`
+    unless the user set them; `extra` (devices.worker_env) goes over everything.
+    """
+    from ..kernels import worker_pythonpath
+
+    env = dict(os.environ)
+    paths = [worker_pythonpath(), *python_path]
+    if env.get("PYTHONPATH"):
+        paths.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env["PYTHONUNBUFFERED"] = "1"  # handler prints reach the log line by line
+    if torch_threads:  # OpenMP/MKL pools sized before torch starts (a user's own wins)
+        env.setdefault("OMP_NUM_THREADS", str(torch_threads))
+        env.setdefault("MKL_NUM_THREADS", str(torch_threads))
+    env.update(extra or {})
+    return env
+
+
+def cpu_threads_per_worker(workers: int, cores: int | None = None) -> int:
+    """Torch threads for one of `workers` CPU workers sharing the machine's cores.
+
+    Torch defaults every process to all cores; N workers then oversubscribe the CPU
+    (measured here: a CNN with 2 workers ran at 13.9 req/s with 2 threads each against
+    30.9 with 1, tech-notes.md). A model's `torchThreads` overrides this.
+    """
+    available = cores if cores is not None else (os.cpu_count() or 1)
+    return max(1, available // max(1, workers))
+
+
+def env_changes(current: Mapping[str, str], wanted: Mapping[str, str]) -> dict[str, str | None]:
+    """What turns `current` into `wanted`: new or changed values, None for a removed name."""
+    changes: dict[str, str | None] = {
+        name: value for name, value in wanted.items() if current.get(name) != value
+    }
+    changes.update({name: None for name in current if name not in wanted})
+    return changes
+
+
+class WorkerProcess:
+    """A running worker interpreter (make one with `launch`).
+
+    Attributes:
+        pid, start_time, env: the process id, when it was launched, its environment.
+        returncode: its exit code once it exited, else None.
+        exited: set once the process exited (after `on_exit` ran).
+        on_exit: called once with this process when it has exited.
+        tail: the last output lines (up to 20), for error messages.
+    """
+
+    def __init__(
+        self,
+        process: asyncio.subprocess.Process,
+        connection: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+        env: Mapping[str, str],
+        log: WorkerLog,
+        label: str,
+    ) -> None:
+        self.pid = process.pid
+        self.start_time = datetime.now(timezone.utc)
+        self.env = dict(env)
+        self.returncode: int | None = None
+        self.exited = asyncio.Event()
+        self.on_exit: Callable[[WorkerProcess], None] | None = None
+        self.tail: deque[str] = deque(maxlen=20)
+        self._process = process
+        self._reader, self._writer = connection
+        self._log, self._label = log, label
+        self._tasks = [*self._pumps(process), asyncio.ensure_future(self._wait_exit())]
+
+    @classmethod
+    async def launch(
+        cls,
+        command: Sequence[str],
+        env: Mapping[str, str],
+        log: WorkerLog,
+        label: str,
+        args: Sequence[str] = (),
+    ) -> WorkerProcess:
+        """Start `command --fd N *args` with `env`.
+
+        Raises:
+            OSError: the command cannot be started.
+        """
+        parent, child = socket.socketpair()
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *command,
+                "--fd",
+                str(child.fileno()),
+                *args,
+                pass_fds=(child.fileno(),),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=dict(env),
+                start_new_session=True,
+                limit=_STREAM_LIMIT,
+            )
+        except BaseException:
+            parent.close()
+            raise
+        finally:
+            child.close()
+        connection = await asyncio.open_unix_connection(sock=parent)
+        return cls(process, connection, env, log, label)
+
+    @property
+    def alive(self) -> bool:
+        """Running, as far as the event loop knows, with its socket still open."""
+        return self.returncode is None and not self._reader.at_eof()
+
+    def relabel(self, log: WorkerLog, label: str) -> None:
+        """Send the output from now on to `log` under `label` (a spare adopted by a model)."""
+        self._log, self._label = log, label
+
+    def note(self, text: str, level: int = logging.INFO) -> None:
+        """One line of this process's log, under its current label."""
+        self._log.emit(self._label, text, level)
+
+    def _pumps(self, process: asyncio.subprocess.Process) -> list[asyncio.Task[None]]:
+        assert process.stdout is not None
+        assert process.stderr is not None
+        streams = ((process.stdout, logging.INFO), (process.stderr, logging.WARNING))
+        return [
+            asyncio.ensure_future(pump_lines(stream, self._line(level), self.tail))
+            for stream, level in streams
+        ]
+
+    def _line(self, level: int) -> Callable[[str], None]:
+        return lambda text: self.note(text, level)
+
+    async def _wait_exit(self) -> None:
+        self.returncode = await self._process.wait()
+        self.note(f"Worker exited with code {self.returncode}")
+        try:
+            if self.on_exit is not None:
+                self.on_exit(self)
+        finally:
+            self.exited.set()
+
+    # ---- frames --------------------------------------------------------------
+
+    async def exchange(self, data: bytes) -> Frame:
+        """Send one encoded frame and read the answer.
+
+        Raises:
+            Disconnected: the socket failed, closed or carried a malformed frame.
+        """
+        try:
+            self._writer.write(data)
+            await self._writer.drain()
+        except OSError as exc:
+            raise Disconnected(str(exc)) from exc
+        return await self.read_frame()
+
+    async def read_frame(self) -> Frame:
+        """The next frame the worker sends (Disconnected at EOF or on garbage)."""
+        try:
+            frame = await protocol.read_frame(self._reader)
+        except (OSError, protocol.ProtocolError) as exc:
+            raise Disconnected(str(exc)) from exc
+        if frame is None:
+            raise Disconnected("end of stream")
+        return frame
+
+    async def exit_code(self) -> int | None:
+        """The exit code once the process ended; kill it if it lingers without its socket."""
+        try:
+            await asyncio.wait_for(self.exited.wait(), _EXIT_WAIT)
+        except asyncio.TimeoutError:
+            self.note("Worker closed its socket but did not exit: killing it")
+            self.signal(signal.SIGKILL)
+            await self.exited.wait()
+        return self.returncode
+
+    # ---- stop ----------------------------------------------------------------
+
+    def signal(self, signum: int) -> None:
+        """Send `signum` to the process group (nothing once the process exited)."""
+        if self._process.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self._process.pid, signum)  # its own session: the pgid is its pid
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Close the socket, SIGTERM, SIGKILL after `grace` s; return once all is reaped.
+
+        Cancelled meanwhile, it SIGKILLs at once and still reaps before re-raising,
+        so no process outlives a cancelled stop.
+        """
+        try:
+            await self._close_socket()
+            await self._terminate(grace)
+        except asyncio.CancelledError:
+            self.signal(signal.SIGKILL)
+            await self._reap(grace)
+            raise
+        await self._reap(grace)
+
+    async def _close_socket(self) -> None:
+        writer = self._writer
+        if writer.is_closing():
+            return
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+
+    async def _terminate(self, grace: float) -> None:
+        self.signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(self.exited.wait(), grace)
+        except asyncio.TimeoutError:
+            self.note(f"Worker still running {grace:g} s after SIGTERM: killing it")
+            self.signal(signal.SIGKILL)
+            await self.exited.wait()
+
+    async def _reap(self, grace: float) -> None:
+        """Wait for the exit and the output pumps; a grandchild holding the pipes open is not."""
+        _, lingering = await asyncio.wait(self._tasks, timeout=grace)
+        for task in lingering:
+            task.cancel()
+        await asyncio.gather(*lingering, return_exceptions=True)
+
+    def memory_usage(self) -> int:
+        """Resident set size in bytes (0 once the process is gone)."""
+        return 0 if self.returncode is not None else rss_bytes(self.pid)

@@ -1,0 +1,76 @@
+"""A spare worker's warm-up, and the per-worker settings every `L` frame carries.
+
+A spare (``python -m jupyter_serve.worker --fd N --spare``) starts before any
+model needs it. `warm_up()` imports torch (when it is installed; without it the
+spare just waits) and the built-in handler runtime, then the spare tells the
+server with ``R {"status": 200, "message": "spare", "pid", "modules"}``
+(`modules`: the top-level packages now imported, which a model's own
+dependencies could no longer replace) and waits for its `L` frame.
+
+`apply_settings` then makes it the worker a fresh launch would have been,
+before the handler module is imported: the `L` frame's `sys_path` entries go
+where `PYTHONPATH` would have put them (right after this package's folder), its
+`env` changes go to `os.environ` (None removes a name; `CUDA_VISIBLE_DEVICES`
+still works because torch initialises CUDA lazily), and `torch_threads` goes to
+`torch.set_num_threads` when torch is imported (OpenMP and MKL read their
+variables when torch loads, so only the call reaches a warm torch; a BLAS pool
+that numpy sized when torch imported it keeps its size). For a fresh worker,
+whose launch already applied all of it, these are no-ops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from ..protocol import Frame, Kind
+
+__all__ = ["WARM_MODULES", "apply_settings", "imported_packages", "set_torch_threads", "warm_up"]
+
+WARM_MODULES = ("torch", "jupyter_serve.handlers.base")
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding jupyter_serve
+
+
+def warm_up() -> Frame:
+    """Import what most handlers need; the frame a spare sends once it is done."""
+    for name in WARM_MODULES:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+    header = {"status": 200, "message": "spare", "pid": os.getpid()}
+    return Frame(Kind.RESULT, {**header, "modules": imported_packages()})
+
+
+def imported_packages() -> list[str]:
+    """Top-level names of the non-stdlib modules imported so far, sorted."""
+    names = {name.partition(".")[0] for name in sys.modules}
+    return sorted(name for name in names - sys.stdlib_module_names if not name.startswith("__"))
+
+
+def apply_settings(
+    sys_path: Sequence[str], env: Mapping[str, str | None], torch_threads: int | None
+) -> None:
+    """Extend `sys.path`, change `os.environ` and set torch's threads, as a launch would have."""
+    _extend_path(sys_path)
+    for name, value in env.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    set_torch_threads(torch_threads)
+
+
+def _extend_path(entries: Sequence[str]) -> None:
+    new = [entry for entry in dict.fromkeys(entries) if entry not in sys.path]
+    at = sys.path.index(_PACKAGE_ROOT) + 1 if _PACKAGE_ROOT in sys.path else 0
+    sys.path[at:at] = new
+
+
+def set_torch_threads(count: int | None) -> None:
+    """`torch.set_num_threads(count)` if torch is imported (never imports it)."""
+    torch = sys.modules.get("torch")
+    if count and torch is not None:
+        torch.set_num_threads(count)
