@@ -114,10 +114,11 @@ class ServeProcess:
         assert found >= count, f"server never logged {text!r}:\n{self.log()}"
 
     def start(self, *, models: int = 0) -> ServeProcess:
-        """Wait until the server listens (and `models` startup lines were logged)."""
+        """Wait until the server listens and jupyter_serve has started (`models`: how many
+        startup lines to wait for). The extension starts after jupyter_server wrote its
+        runtime file, which "is running at" precedes, so kernels can find the server."""
         self.wait_for(STARTED)
-        if models:
-            self.wait_for(MODELS_UP, models)
+        self.wait_for(MODELS_UP, max(models, 1))
         return self
 
     def client(self, **kw: Any) -> httpx.Client:
