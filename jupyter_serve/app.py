@@ -22,6 +22,7 @@ TorchServe's precedence: config.properties < Jupyter config and command line.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,34 @@ TS_CONFIG_TRAITS = {
     "limit_max_image_pixels": "limit_max_image_pixels",
     "decode_input_request": "decode_input_request",
 }
+
+
+WORKER_LOGGER = logging.getLogger("jupyter_serve.worker")
+
+
+def show_worker_output(app_log: logging.Logger) -> list[logging.Handler]:
+    """Print the workers' output (handler prints, tracebacks) where the server logs,
+    as TorchServe's console shows its model log; returns the handlers it attached.
+
+    Nothing changes when the worker logger was configured already (`logging_config`).
+    """
+    if WORKER_LOGGER.handlers:
+        return []
+    handlers = list(app_log.handlers)
+    for handler in handlers:
+        WORKER_LOGGER.addHandler(handler)
+    if handlers:
+        WORKER_LOGGER.setLevel(logging.INFO)
+        WORKER_LOGGER.propagate = False
+    return handlers
+
+
+def hide_worker_output(handlers: list[logging.Handler]) -> None:
+    """Undo `show_worker_output` (the server is stopping)."""
+    for handler in handlers:
+        WORKER_LOGGER.removeHandler(handler)
+    if handlers:
+        WORKER_LOGGER.propagate = True
 
 
 class ServeApp(ExtensionApp):
@@ -196,6 +225,7 @@ class ServeApp(ExtensionApp):
         self.settings.update(
             {"serve_registry": self.registry, "serve_metrics": self.metrics, "serve_app": self}
         )
+        self._worker_log_handlers = show_worker_output(self.log)
 
     def server_defaults(self) -> ServerDefaults:
         return ServerDefaults(
@@ -279,3 +309,4 @@ class ServeApp(ExtensionApp):
         if spares is not None:
             stops.append(spares.stop())
         await asyncio.shield(asyncio.gather(*stops))
+        hide_worker_output(getattr(self, "_worker_log_handlers", []))

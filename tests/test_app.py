@@ -8,6 +8,7 @@ stops spares with the workers.
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
@@ -19,7 +20,7 @@ import pytest
 from route_models import register, serve_state, server_config
 from tornado.httpclient import HTTPClientError
 
-from jupyter_serve.app import ServeApp
+from jupyter_serve.app import WORKER_LOGGER, ServeApp, hide_worker_output, show_worker_output
 
 Fetch = Callable[..., Awaitable[Any]]
 
@@ -116,3 +117,28 @@ async def test_a_new_worker_adopts_the_spare_and_stop_extension_stops_everything
     await app.stop_extension()
     assert not [pid for pid in running if psutil.pid_exists(pid)]
     assert spare_children() == []
+
+
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def test_worker_output_is_shown_where_the_server_logs_until_it_stops() -> None:
+    server_log = logging.getLogger("test-serverapp-log")
+    collect = _Collect()
+    server_log.addHandler(collect)
+    attached = show_worker_output(server_log)
+    try:
+        WORKER_LOGGER.info("[m/9000] hello from the handler")
+        assert collect.lines == ["[m/9000] hello from the handler"]
+        assert show_worker_output(server_log) == []  # configured already: left alone
+    finally:
+        hide_worker_output(attached)
+    WORKER_LOGGER.info("[m/9000] after the stop")
+    assert collect.lines == ["[m/9000] hello from the handler"]
+    assert (WORKER_LOGGER.handlers, WORKER_LOGGER.propagate) == ([], True)
