@@ -34,6 +34,7 @@ from .. import protocol
 from .._version import __version__
 from ..errors import ServeError
 from ..protocol import Frame, InferenceRequest, InferenceResult, Kind
+from .channel import Channel, ChunkCallback, Disconnected
 from .errors import BatchFailed, WorkerDied, WorkerLoadError
 from .logs import WorkerLog, pump_lines
 from .stats import rss_bytes, torchserve_time
@@ -68,10 +69,6 @@ class WorkerReply:
     results: list[InferenceResult]
     metrics: list[dict[str, Any]]
     predict_ms: float
-
-
-class _Disconnected(Exception):
-    """The socket closed or carried garbage: the worker is gone or cannot be trusted."""
 
 
 class SubprocessWorker:
@@ -111,8 +108,7 @@ class SubprocessWorker:
         self._on_exit = on_exit
         self._tail: deque[str] = deque(maxlen=20)
         self._process: asyncio.subprocess.Process | None = None
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
+        self._channel: Channel | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._exited = asyncio.Event()
         self._killed = False
@@ -159,7 +155,7 @@ class SubprocessWorker:
             child.close()
         self.pid = self._process.pid
         self.start_time = datetime.now(timezone.utc)
-        self._reader, self._writer = await asyncio.open_unix_connection(sock=parent)
+        self._channel = await Channel.open(parent)
         self._watch(self._process)
         self._note(f"Worker started, pid {self.pid}, gpu {self.gpu_id}")
 
@@ -206,14 +202,14 @@ class SubprocessWorker:
         timeout = self.spec.startup_timeout
         request = protocol.encode(Frame(Kind.LOAD, self._load_header()))
         try:
-            reply = await asyncio.wait_for(self._exchange(request), timeout)
+            reply = await asyncio.wait_for(self._connected().exchange(request), timeout)
         except asyncio.TimeoutError:
             self.kill()
             raise WorkerLoadError(
                 f"Worker {self.id} did not load model {self.spec.model_name} "
                 f"within startup_timeout ({timeout:g} s)."
             ) from None
-        except _Disconnected:
+        except Disconnected:
             code = await self._exit_code()
             raise WorkerLoadError(self._exit_message(code), traceback=self.output_tail()) from None
         self._check_loaded(reply)
@@ -260,9 +256,16 @@ class SubprocessWorker:
     # ---- predict -------------------------------------------------------------
 
     async def predict(
-        self, batch: Sequence[InferenceRequest], command: str = "predict"
+        self,
+        batch: Sequence[InferenceRequest],
+        command: str = "predict",
+        on_chunk: ChunkCallback | None = None,
     ) -> WorkerReply:
         """Run one batch within `spec.response_timeout`.
+
+        A streaming handler's intermediate results go to `on_chunk` as they arrive.
+        The timeout covers the whole batch, streamed chunks included (it does not
+        restart on each chunk), as TorchServe's does.
 
         Raises:
             WorkerDied: the worker exited (507 if SIGKILLed from outside) or hung
@@ -277,7 +280,7 @@ class SubprocessWorker:
             raise ServeError(f"Batch too large to send: {exc}", status_code=413) from exc
         self.state = WorkerState.BUSY
         try:
-            frame = await self._predict_frame(data)
+            frame = await self._predict_frame(data, on_chunk)
         finally:
             if self.state is WorkerState.BUSY:
                 self.state = WorkerState.READY
@@ -285,15 +288,15 @@ class SubprocessWorker:
             raise BatchFailed.from_header(frame.header)
         return self._reply(frame)
 
-    async def _predict_frame(self, request: bytes) -> Frame:
+    async def _predict_frame(self, request: bytes, on_chunk: ChunkCallback | None) -> Frame:
         timeout = self.spec.response_timeout
         try:
-            return await asyncio.wait_for(self._exchange(request), timeout)
+            return await asyncio.wait_for(self._connected().exchange(request, on_chunk), timeout)
         except asyncio.TimeoutError:
             self._note(f"No answer within response_timeout ({timeout:g} s): killing the worker")
             self.kill()
             raise WorkerDied() from None
-        except _Disconnected:
+        except Disconnected:
             code = await self._exit_code()
             raise WorkerDied(status_code=self._death_status(code)) from None
 
@@ -310,18 +313,10 @@ class SubprocessWorker:
     def _death_status(self, code: int | None) -> int:
         return 507 if code in _OOM_EXIT_CODES and not self._killed else 500
 
-    async def _exchange(self, data: bytes) -> Frame:
-        assert self._reader is not None
-        assert self._writer is not None
-        try:
-            self._writer.write(data)
-            await self._writer.drain()
-            reply = await protocol.read_frame(self._reader)
-        except (OSError, protocol.ProtocolError) as exc:
-            raise _Disconnected(str(exc)) from exc
-        if reply is None:
-            raise _Disconnected("end of stream")
-        return reply
+    def _connected(self) -> Channel:
+        if self._channel is None:
+            raise Disconnected("socket closed")
+        return self._channel
 
     async def _exit_code(self) -> int | None:
         """The exit code once the process ended; kill it if it lingers without its socket."""
@@ -367,12 +362,9 @@ class SubprocessWorker:
         await self._reap(grace)
 
     async def _close_socket(self) -> None:
-        writer, self._writer = self._writer, None
-        if writer is None:
-            return
-        writer.close()
-        with contextlib.suppress(OSError):
-            await writer.wait_closed()
+        channel, self._channel = self._channel, None
+        if channel is not None:
+            await channel.close()
 
     async def _terminate(self, grace: float) -> None:
         if self._process is None:
