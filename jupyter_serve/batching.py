@@ -20,6 +20,10 @@ A full batch is always returned without waiting. Items whose future is already
 done (the client went away) are dropped, and items whose deadline has passed
 get a `RequestTimeout` and are dropped, before a batch leaves the queue.
 Describe jobs (command "describe") always travel alone, as in TorchServe.
+
+A request may carry an `on_chunk` sink: the pool hands it each intermediate result
+the handler streams for that request (in order, before the future's final result).
+Without one, streamed chunks are dropped and only the final result arrives.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -40,9 +44,13 @@ if TYPE_CHECKING:
 __all__ = [
     "Batcher",
     "BatcherClosed",
+    "ChunkSink",
     "Pending",
     "no_worker_message",
 ]
+
+ChunkSink = Callable[[InferenceResult], None]
+"""Takes one intermediate result of a streaming request; must not raise."""
 
 
 def no_worker_message(model_name: str, version: str | None = None, job: str = "inference") -> str:
@@ -69,6 +77,7 @@ class Pending:
     future: asyncio.Future[InferenceResult]
     arrival: float
     command: str = "predict"
+    on_chunk: ChunkSink | None = None
 
     @property
     def alive(self) -> bool:
@@ -122,9 +131,16 @@ class Batcher:
         return self._closed is not None
 
     def submit(
-        self, request: InferenceRequest, deadline: float, *, command: str = "predict"
+        self,
+        request: InferenceRequest,
+        deadline: float,
+        *,
+        command: str = "predict",
+        on_chunk: ChunkSink | None = None,
     ) -> asyncio.Future[InferenceResult]:
         """Queue `request` until `deadline` (loop time, seconds); await the future it returns.
+
+        `on_chunk` receives the intermediate results the handler streams for it.
 
         Raises:
             ServiceUnavailable: the queue already holds `job_queue_size` requests.
@@ -135,7 +151,7 @@ class Batcher:
         if len(self._queue) >= self.job_queue_size and self._prune() >= self.job_queue_size:
             raise ServiceUnavailable(no_worker_message(self.model_name))
         loop = asyncio.get_running_loop()
-        item = Pending(request, deadline, loop.create_future(), loop.time(), command)
+        item = Pending(request, deadline, loop.create_future(), loop.time(), command, on_chunk)
         self._queue.append(item)
         self._arrived.set()
         return item.future

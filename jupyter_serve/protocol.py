@@ -23,6 +23,9 @@ Kinds (letters as TorchServe's, for familiarity)::
     I     server -> worker {"requests": [WireRequest...], "command": "predict"|"describe"}
                            WireRequest: request_id, headers {str: str},
                            parameters [{name, content_type, body: [off, len]}]
+    S     worker -> server an intermediate (streamed) answer to the I in flight:
+                           {"status": code, "message": str, "results": [WireResult...]}
+                           one WireResult per request the handler streamed to
     R     worker -> server reply to L: {"status": 200, "message": ...}
                            a spare's first frame, unasked: {"status": 200,
                            "message": "spare", "pid", "modules": [str...]}
@@ -34,7 +37,9 @@ Kinds (letters as TorchServe's, for familiarity)::
                            "traceback"}; status 500/503/507 or a handler's code
 
 One request is in flight per connection at a time: the server sends L or I and
-waits for the matching R or E. A closed connection (EOF) means the worker died.
+waits for the matching R or E, reading any number of S frames before it (a
+handler calling TorchServe's `send_intermediate_predict_response`). A closed
+connection (EOF) means the worker died.
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ class ProtocolError(Exception):
 class Kind(str, Enum):
     LOAD = "L"
     INFER = "I"
+    STREAM = "S"
     RESULT = "R"
     ERROR = "E"
 
@@ -241,8 +247,52 @@ def decode_infer(frame: Frame) -> tuple[list[InferenceRequest], str]:
     return requests, str(frame.header.get("command", "predict"))
 
 
+@dataclass(frozen=True)
+class StreamChunk:
+    """An `S` frame: intermediate results of the batch in flight, and TorchServe's
+    batch-level status code and message (anything but 200 fails the batch)."""
+
+    results: list[InferenceResult]
+    status: int = 200
+    message: str = ""
+
+
 def encode_results(results: list[InferenceResult], **extra: Any) -> Frame:
     """An `R` frame answering a batch; `extra` (metrics, predict_ms) goes in the header."""
+    wire, payload = _wire_results(results)
+    return Frame(Kind.RESULT, {"results": wire, **extra}, payload)
+
+
+def decode_results(frame: Frame) -> list[InferenceResult]:
+    """The per-request results of an `R` (or `S`) frame."""
+    return [
+        InferenceResult(
+            request_id=str(r["request_id"]),
+            status=int(r.get("status", 200)),
+            body=blob(frame.payload, r["body"]),
+            content_type=r.get("content_type"),
+            reason=str(r.get("reason") or ""),
+            headers={str(k): str(v) for k, v in (r.get("headers") or {}).items()},
+        )
+        for r in frame.header["results"]
+    ]
+
+
+def encode_chunk(chunk: StreamChunk) -> Frame:
+    """An `S` frame carrying one round of intermediate results."""
+    wire, payload = _wire_results(chunk.results)
+    header = {"status": chunk.status, "message": chunk.message, "results": wire}
+    return Frame(Kind.STREAM, header, payload)
+
+
+def decode_chunk(frame: Frame) -> StreamChunk:
+    """The intermediate results of an `S` frame."""
+    header = frame.header
+    status, message = int(header.get("status", 200)), str(header.get("message") or "")
+    return StreamChunk(decode_results(frame), status, message)
+
+
+def _wire_results(results: list[InferenceResult]) -> tuple[list[dict[str, Any]], bytes]:
     payload = PayloadBuilder()
     wire = [
         {
@@ -255,19 +305,4 @@ def encode_results(results: list[InferenceResult], **extra: Any) -> Frame:
         }
         for r in results
     ]
-    return Frame(Kind.RESULT, {"results": wire, **extra}, payload.build())
-
-
-def decode_results(frame: Frame) -> list[InferenceResult]:
-    """The per-request results of an `R` frame answering a batch."""
-    return [
-        InferenceResult(
-            request_id=str(r["request_id"]),
-            status=int(r.get("status", 200)),
-            body=blob(frame.payload, r["body"]),
-            content_type=r.get("content_type"),
-            reason=str(r.get("reason") or ""),
-            headers={str(k): str(v) for k, v in (r.get("headers") or {}).items()},
-        )
-        for r in frame.header["results"]
-    ]
+    return wire, payload.build()

@@ -15,7 +15,8 @@ one metric. Request headers steer the batch: `x-sleep` (seconds), `x-print`
 (a line for stdout), `x-fifo` (wait until that FIFO is written and closed),
 `x-exit` (exit code, no answer), `x-kill` (SIGKILL itself), `x-fail` (answer `E`
 with that status), `x-info` (body = JSON of `argv`, `load` (the L header) or
-`env:NAME`).
+`env:NAME`), `x-stream` (send that many `S` frames first, one result per request
+of the batch with body `<id>:<n>`; `x-stream-status` sets their batch status).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ def main() -> int:
         if frame is None:
             return 0
         requests, command = protocol.decode_infer(frame)
+        stream_chunks(sock, requests)
         protocol.write_frame_sync(sock, answer_batch(requests, command, load.header))
 
 
@@ -74,6 +76,19 @@ def answer_load(sock: socket.socket, header: dict[str, Any]) -> None:
         sys.exit(1)
     reply = {"status": 200, "message": "loaded", "pid": os.getpid()}
     protocol.write_frame_sync(sock, Frame(Kind.RESULT, reply))
+
+
+def stream_chunks(sock: socket.socket, requests: list[InferenceRequest]) -> None:
+    count = max((int(r.headers.get("x-stream", 0)) for r in requests), default=0)
+    status = max((int(r.headers.get("x-stream-status", 200)) for r in requests), default=200)
+    for n in range(count):
+        results = [
+            InferenceResult(r.request_id, body=f"{r.request_id}:{n}".encode()) for r in requests
+        ]
+        chunk = protocol.StreamChunk(
+            results, status, "fake stream failure" if status != 200 else ""
+        )
+        protocol.write_frame_sync(sock, protocol.encode_chunk(chunk))
 
 
 def answer_batch(requests: list[InferenceRequest], command: str, load: dict[str, Any]) -> Frame:

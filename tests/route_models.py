@@ -1,9 +1,11 @@
-"""Shared by the REST route tests: a probe handler, built into a .mar and registered for real.
+"""Shared by the REST route tests: probe handlers, built into a .mar and registered for real.
 
 `PROBE` echoes its input and, driven by the `X-Mode` request header, shows what
 it received, sets a status, content type or headers, or fails the way a
-TorchServe handler can. No torch: a worker serving it starts in well under a
-second.
+TorchServe handler can. `STREAM` is TorchServe's `echo_stream`: three
+intermediate "hello " chunks and a final "hello world " (its comment lists the
+request headers that steer it). No torch: a worker serving either starts in
+well under a second.
 """
 
 from __future__ import annotations
@@ -62,6 +64,38 @@ def handle(data, context):
 """
 
 
+STREAM = """
+# echo_stream: 3 intermediate chunks, then the final one. "X-Stream: no" answers at once;
+# "X-Gate: FIFO" blocks after the first chunk until the FIFO is written and closed;
+# "X-Mode: raise" fails the batch after the intermediate chunks.
+from ts.handler_utils.utils import send_intermediate_predict_response
+
+
+def handle(data, context):
+    if not data:
+        return None
+
+    def header(key):
+        return context.get_request_header(0, key)
+
+    if header("X-Stream") == "no":
+        return ["hello world " for _ in data]
+    for idx in range(len(data)):
+        context.set_response_content_type(idx, "text/plain")
+    for n in range(3):
+        send_intermediate_predict_response(
+            ["hello " for _ in data], context.request_ids, "Intermediate Prediction success",
+            200, context,
+        )
+        if n == 0 and header("X-Gate"):
+            with open(header("X-Gate"), "rb") as gate:
+                gate.read()
+    if header("X-Mode") == "raise":
+        raise RuntimeError("failed mid-stream")
+    return ["hello world " for _ in data]
+"""
+
+
 def serve_state(serverapp: Any) -> tuple[ModelRegistry, Path]:
     """The running server's registry and model store."""
     settings = serverapp.web_app.settings
@@ -75,13 +109,18 @@ def server_config(tmp_path: Path, **serve: Any) -> dict[str, Any]:
 
 
 async def register(
-    serverapp: Any, name: str = "probe", version: str = "1.0", workers: int = 1, **params: Any
+    serverapp: Any,
+    name: str = "probe",
+    version: str = "1.0",
+    workers: int = 1,
+    source: str = PROBE,
+    **params: Any,
 ) -> None:
-    """Build `PROBE` as `<name>-<version>.mar` in the model store and register it."""
+    """Build `source` (`PROBE`) as `<name>-<version>.mar` in the model store and register it."""
     registry, store = serve_state(serverapp)
     src = store.parent / f"src-{name}-{version}"
     src.mkdir(parents=True, exist_ok=True)
-    (src / "probe.py").write_text(PROBE)
+    (src / "probe.py").write_text(source)
     spec = ArchiveSpec(
         model_name=name, handler=str(src / "probe.py"), version=version, export_path=str(store)
     )

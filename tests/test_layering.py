@@ -59,7 +59,8 @@ def heavy_modules_after(setup: str, watched: tuple[str, ...]) -> list[str]:
             "import jupyter_serve.worker.__main__, jupyter_serve.worker.service\n"
             "from jupyter_serve.worker import compat\n"
             "compat.install()\n"
-            "import ts.context, ts.utils.util, ts.torch_handler.base_handler, mms.service",
+            "import ts.context, ts.utils.util, ts.torch_handler.base_handler, mms.service\n"
+            "from ts.handler_utils.utils import send_intermediate_predict_response",
             (*SERVER_SIDE, "torch", "traitlets"),
             id="worker-with-ts-and-mms-shims",
         ),

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import pytest
 
 from jupyter_serve.batching import Batcher
-from jupyter_serve.errors import BadRequest, ServiceUnavailable
+from jupyter_serve.errors import BadRequest, ServeError, ServiceUnavailable
 from jupyter_serve.models import BatchPolicy, DeviceType, ModelSpec
 from jupyter_serve.pool import (
     BatchFailed,
@@ -419,6 +419,58 @@ def test_an_error_frame_fails_every_request_and_the_worker_keeps_serving(
         assert (error.status_code, error.error_type) == (599, "PredictionException")
         assert error.to_json()["type"] == "PredictionException"
         assert error.message == "fake prediction failure"
+    assert after.body == b"still here"
+
+
+# ---- streaming -------------------------------------------------------------------------
+
+
+def test_streamed_chunks_reach_each_requests_sink_before_its_result(
+    make_spec: Callable[..., ModelSpec], caplog: pytest.LogCaptureFixture
+) -> None:
+    events: list[bytes] = []
+
+    def broken(result: InferenceResult) -> None:
+        raise RuntimeError("sink bug")
+
+    async def main() -> list[InferenceResult]:
+        pool = make_pool(make_spec(batch_size=3))
+        await pool.scale(1)
+        deadline = asyncio.get_running_loop().time() + 60.0
+        streamed = request("a", b"A", **{"x-stream": "2"})
+        a = pool.batcher.submit(streamed, deadline, on_chunk=lambda r: events.append(r.body))
+        a.add_done_callback(lambda _: events.append(b"final"))
+        b = pool.batcher.submit(request("b", b"B"), deadline)  # no sink: the final result only
+        c = pool.batcher.submit(request("c", b"C"), deadline, on_chunk=broken)
+        results = list(await asyncio.gather(a, b, c))
+        results.append(await ask(pool, "next", b"still here"))
+        await pool.stop()
+        return results
+
+    results = run(main())
+    assert events == [b"a:0", b"a:1", b"final"]
+    assert [r.body for r in results] == [b"A", b"B", b"C", b"still here"]
+    assert results[0].headers["x-batch"] == "a,b,c"
+    assert "Streaming to request c failed" in caplog.text
+
+
+def test_a_chunk_with_a_failing_status_fails_the_batch_and_the_worker_serves_on(
+    make_spec: Callable[..., ModelSpec],
+) -> None:
+    async def main() -> tuple[BaseException | None, InferenceResult]:
+        pool = make_pool(make_spec())
+        await pool.scale(1)
+        before = pids(pool)
+        failed = submit(pool, "a", **{"x-stream": "2", "x-stream-status": "500"})
+        await asyncio.wait([failed])
+        after = await ask(pool, "next", b"still here")
+        assert pids(pool) == before
+        await pool.stop()
+        return failed.exception(), after
+
+    error, after = run(main())
+    assert isinstance(error, ServeError)
+    assert (error.status_code, error.message) == (500, "fake stream failure")
     assert after.body == b"still here"
 
 

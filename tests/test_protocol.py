@@ -114,6 +114,34 @@ def test_results_round_trip_with_extra_header_fields() -> None:
     assert protocol.decode_results(decoded) == results
 
 
+def test_stream_chunk_round_trip_keeps_status_message_and_results() -> None:
+    results = [
+        InferenceResult("r1", 200, b"hello ", "text/plain", "", {"ts_stream_next": "true"}),
+        InferenceResult("r2", 200, b"\x00\xff"),
+    ]
+    chunk = protocol.StreamChunk(results, 200, "Intermediate Prediction success")
+    frame = protocol.decode(protocol.encode(protocol.encode_chunk(chunk))[4:])
+    assert frame.kind is Kind.STREAM
+    assert protocol.decode_chunk(frame) == chunk
+
+
+def test_stream_frames_come_before_the_result_on_one_reader() -> None:
+    async def run() -> list[Frame | None]:
+        reader = asyncio.StreamReader()
+        for word in (b"a", b"b"):
+            chunk = protocol.StreamChunk([InferenceResult("r1", body=word)])
+            reader.feed_data(protocol.encode(protocol.encode_chunk(chunk)))
+        reader.feed_data(protocol.encode(protocol.encode_results([InferenceResult("r1")])))
+        reader.feed_eof()
+        return [await protocol.read_frame(reader) for _ in range(4)]
+
+    frames = asyncio.run(run())
+    assert [f.kind for f in frames if f is not None] == [Kind.STREAM, Kind.STREAM, Kind.RESULT]
+    assert frames[-1] is None
+    bodies = [protocol.decode_chunk(f).results[0].body for f in frames[:2] if f is not None]
+    assert bodies == [b"a", b"b"]
+
+
 def test_blob_reference_outside_payload_is_refused() -> None:
     with pytest.raises(ProtocolError, match="outside"):
         protocol.blob(b"abc", [2, 5])

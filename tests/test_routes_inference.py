@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from route_models import register, server_config
+from route_models import STREAM, register, server_config
 from tornado.httpclient import HTTPClientError, HTTPResponse
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
@@ -270,3 +274,155 @@ async def test_predictions_skip_the_login_cookie_and_the_access_log_of_successes
     assert any("GET" in m and "/serve/ping" in m for m in logged)
     assert not any("200 POST" in m and "/serve/predictions/probe" in m for m in logged)
     assert any("404 POST" in m and "/serve/predictions/nope" in m for m in logged)
+
+
+# ---- streaming (send_intermediate_predict_response) --------------------------------------
+
+
+@dataclass
+class RawResponse:
+    """An HTTP/1.1 response read off the socket: status, headers, and the reader for the body."""
+
+    status: int
+    headers: dict[str, str]
+    reader: asyncio.StreamReader
+
+    async def chunk(self) -> bytes | None:
+        """The next chunk of a chunked body exactly as framed on the wire; None at its end."""
+        size = int((await self.reader.readuntil(b"\r\n")).split(b";")[0], 16)
+        data = await self.reader.readexactly(size + 2)
+        assert data.endswith(b"\r\n")
+        return data[:-2] or None
+
+    async def chunks(self) -> list[bytes]:
+        found = []
+        while (data := await self.chunk()) is not None:
+            found.append(data)
+        return found
+
+    async def body(self) -> bytes:
+        return await self.reader.readexactly(int(self.headers["content-length"]))
+
+
+@pytest.fixture(params=["token-header", "token-query"])
+def post_raw(
+    request: pytest.FixtureRequest,
+    http_server: Any,
+    jp_http_port: int,
+    jp_base_url: str,
+    jp_auth_header: dict[str, str],
+) -> Callable[..., Any]:
+    """POST over a plain socket, to see the chunks as the server frames them (`http_server`
+    makes the test server accept connections, as `jp_fetch` does). The token goes in the
+    header (the lean path, routes/fastpath.py) or in the query (the full route)."""
+    by_header = request.param == "token-header"
+    token = jp_auth_header["Authorization"].split()[-1]
+    query = "" if by_header else f"?token={token}"
+
+    @asynccontextmanager
+    async def post(path: str, body: bytes, **headers: str) -> AsyncIterator[RawResponse]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", jp_http_port)
+        fields = {
+            **(jp_auth_header if by_header else {}),
+            "Host": f"127.0.0.1:{jp_http_port}",
+            "Content-Type": "text/plain",
+            "Content-Length": str(len(body)),
+            **headers,
+        }
+        lines = [f"{name}: {value}" for name, value in fields.items()]
+        head = "\r\n".join([f"POST {jp_base_url}serve/{path}{query} HTTP/1.1", *lines, "", ""])
+        writer.write(head.encode() + body)
+        try:
+            status = int((await reader.readline()).split()[1])
+            received: dict[str, str] = {}
+            while (line := await reader.readline()) != b"\r\n":
+                name, _, value = line.decode().partition(":")
+                received[name.strip().lower()] = value.strip()
+            yield RawResponse(status, received, reader)
+        finally:
+            writer.close()
+
+    return post
+
+
+def gate(tmp_path: Path) -> Path:
+    """A FIFO the STREAM handler blocks on after its first chunk."""
+    fifo = tmp_path / "gate"
+    os.mkfifo(fifo)
+    return fifo
+
+
+async def release(fifo: Path) -> None:
+    """Let the handler go on (opening the FIFO for writing waits for its reader)."""
+    await asyncio.to_thread(lambda: os.close(os.open(fifo, os.O_WRONLY)))
+
+
+async def test_a_streaming_handler_answers_chunk_by_chunk_as_torchserve(
+    jp_serverapp: Any, post_raw: Callable[..., Any], tmp_path: Path
+) -> None:
+    await register(jp_serverapp, name="echo_stream", source=STREAM)
+    fifo = gate(tmp_path)
+    async with post_raw("predictions/echo_stream", b"foo", **{"X-Gate": str(fifo)}) as answer:
+        assert answer.status == 200
+        assert answer.headers["transfer-encoding"] == "chunked"
+        assert "content-length" not in answer.headers
+        assert answer.headers["content-type"] == "text/plain"
+        assert answer.headers["ts_stream_next"] == "true"  # TorchServe's marker, passed on too
+        assert await answer.chunk() == b"hello "  # here while the handler waits at its gate
+        await release(fifo)
+        rest = await answer.chunks()
+    chunks = [b"hello ", *rest]
+    assert chunks == [b"hello ", b"hello ", b"hello ", b"hello world "]  # 3 intermediate + final
+    assert b"".join(chunks) == b"hello hello hello hello world "
+
+
+async def test_answers_that_do_not_stream_keep_their_content_length(
+    jp_serverapp: Any, post_raw: Callable[..., Any]
+) -> None:
+    await register(jp_serverapp, name="echo_stream", source=STREAM)
+    await register(jp_serverapp)
+    async with post_raw("predictions/echo_stream", b"x", **{"X-Stream": "no"}) as answer:
+        assert "transfer-encoding" not in answer.headers
+        assert await answer.body() == b"hello world "
+    async with post_raw("predictions/probe", b"plain") as answer:
+        assert (answer.status, answer.headers["content-length"]) == (200, "5")
+        assert "transfer-encoding" not in answer.headers
+        assert await answer.body() == b"plain"
+
+
+async def test_a_client_leaving_mid_stream_leaves_the_worker_serving(
+    jp_fetch: Fetch,
+    jp_serverapp: Any,
+    post_raw: Callable[..., Any],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    await register(jp_serverapp, name="echo_stream", source=STREAM)
+    fifo = gate(tmp_path)
+    async with post_raw("predictions/echo_stream", b"x", **{"X-Gate": str(fifo)}) as answer:
+        assert await answer.chunk() == b"hello "
+    await release(fifo)  # the client is gone; the rest of the batch goes nowhere
+    again = await jp_fetch("serve", "predictions", "echo_stream", method="POST", body=b"x",
+                           headers={"X-Stream": "no"})  # fmt: skip
+    assert again.body == b"hello world "  # the one worker finished the batch and serves on
+    assert "Uncaught exception" not in caplog.text
+
+
+async def test_a_failure_after_the_first_chunk_truncates_the_answer(
+    jp_fetch: Fetch,
+    jp_serverapp: Any,
+    post_raw: Callable[..., Any],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    await register(jp_serverapp, name="echo_stream", source=STREAM)
+    async with post_raw("predictions/echo_stream", b"x", **{"X-Mode": "raise"}) as answer:
+        assert answer.status == 200  # sent with the first chunk, before the failure
+        assert [await answer.chunk() for _ in range(3)] == [b"hello "] * 3
+        with pytest.raises(asyncio.IncompleteReadError):  # no terminating chunk
+            await answer.chunk()
+    again = await jp_fetch("serve", "predictions", "echo_stream", method="POST", body=b"x",
+                           headers={"X-Stream": "no"})  # fmt: skip
+    assert again.body == b"hello world "
+    metrics = jp_serverapp.web_app.settings["serve_metrics"]
+    assert metrics.value("Requests5XX", {"Level": "Host", "Hostname": metrics.hostname}) == 1
+    assert "failed (503): Prediction failed" in caplog.text  # why the server cut it short

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from route_models import register, server_config
+from route_models import STREAM, register, server_config
 from tornado.httpclient import HTTPClientError, HTTPResponse
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
@@ -41,6 +41,14 @@ async def test_v1_instances_are_batch_rows_and_come_back_as_predictions(
     [row] = seen["explanations"]
     assert row["explain"] == "True"
     assert row["row"] == {"data": 1}
+
+
+async def test_a_streaming_handler_answers_kserve_with_its_final_results(
+    jp_fetch: Fetch, jp_serverapp: Any
+) -> None:
+    await register(jp_serverapp, name="echo_stream", source=STREAM)
+    body = await post_json(jp_fetch, "v1", "models", "echo_stream:predict", data={"instances": [1]})
+    assert body == {"predictions": ["hello world "]}  # intermediate chunks fit no envelope
 
 
 async def test_v1_malformed_envelope_and_unknown_model(jp_fetch: Fetch, jp_serverapp: Any) -> None:

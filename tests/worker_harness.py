@@ -23,6 +23,8 @@ from jupyter_serve.protocol import (
     InferenceResult,
     Kind,
     Parameter,
+    StreamChunk,
+    decode_chunk,
     decode_results,
     encode_infer,
     read_frame_sync,
@@ -95,6 +97,16 @@ class WorkerProcess:
 
     def infer(self, *requests: InferenceRequest, command: str = "predict") -> Frame:
         return self.exchange(encode_infer(list(requests), command))
+
+    def streamed(self, *requests: InferenceRequest) -> tuple[list[StreamChunk], Frame]:
+        """The intermediate chunks (S frames) of a batch, then its final R or E frame."""
+        reply = self.infer(*requests)
+        chunks: list[StreamChunk] = []
+        while reply.kind is Kind.STREAM:
+            chunks.append(decode_chunk(reply))
+            reply = read_frame_sync(self.sock)
+            assert reply is not None, f"worker closed the connection; stderr:\n{self.errors()}"
+        return chunks, reply
 
     def results(self, *requests: InferenceRequest, command: str = "predict") -> list[Any]:
         """Results of a batch that must succeed."""

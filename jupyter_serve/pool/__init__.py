@@ -1,9 +1,11 @@
 """The server-side worker pool: worker processes of one model version, fed by its Batcher.
 
 * `process.WorkerProcess`: one `python -m jupyter_serve.worker` process, its socket and output.
+* `channel.Channel`: that socket: send a frame, await the answer (streamed chunks on the way).
 * `worker.SubprocessWorker`: one worker of a model: the load and the batches over that process.
 * `pool.WorkerPool`: keeps N of them alive (backoff restarts, GPU round-robin) and
   runs one dispatch loop per ready worker.
+* `delivery`: the worker's answers (results, streamed chunks, errors) to the waiting requests.
 * `spares.SparePool`: one per server, a few idle workers with torch already imported
   that new workers of any model adopt instead of starting cold.
 * `errors`: `WorkerLoadError`, `WorkerDied`, `BatchFailed`.

@@ -7,6 +7,10 @@ The backoff (TorchServe's Fibonacci seconds, 0 to 1597) is reset by every
 successful load. Slot k gets the k-th GPU of `devices.assign_devices`, so GPU
 workers stay round-robin across restarts and scaling.
 
+Intermediate results a streaming handler sends while a batch runs go to each
+request's `on_chunk` sink as they arrive (`delivery.stream`); `responseTimeout`
+still bounds the whole batch, streaming included.
+
 Scaling down retires the newest slots: an idle worker stops at once, a busy one
 after its batch. `stop()` stops every worker now; batches in flight then fail
 with 503.
@@ -16,19 +20,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
-import dataclasses
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from .. import devices
 from ..batching import Batcher, BatcherClosed, Pending, no_worker_message
 from ..errors import BadRequest, ServeError, ServiceUnavailable
 from ..protocol import InferenceRequest, InferenceResult
+from .delivery import deliver, fail, stream
 from .errors import WorkerLoadError
 from .logs import LOGGER, WorkerLog
 from .process import cpu_threads_per_worker, worker_command
@@ -379,18 +383,19 @@ class WorkerPool:
         dispatched = asyncio.get_running_loop().time()
         queue_ms = sum(dispatched - item.arrival for item in batch) * 1000 / len(batch)
         try:
-            reply = await worker.predict([item.request for item in batch], batch[0].command)
+            requests = [item.request for item in batch]
+            reply = await worker.predict(requests, batch[0].command, partial(stream, batch))
         except ServeError as error:
-            _fail(batch, error)
+            fail(batch, error)
             return
         except asyncio.CancelledError:
-            _fail(batch, ServiceUnavailable(no_worker_message(self.spec.model_name)))
+            fail(batch, ServiceUnavailable(no_worker_message(self.spec.model_name)))
             raise
         except Exception as exc:  # a bug here must not leave clients waiting forever
             LOGGER.exception("Batch on worker %s failed", worker.id)
-            _fail(batch, ServeError(f"Internal error while running the batch: {exc!r}"))
+            fail(batch, ServeError(f"Internal error while running the batch: {exc!r}"))
             return
-        _deliver(batch, reply, dispatched)
+        deliver(batch, reply, dispatched)
         if batch[0].command == "predict":
             self._record(reply, len(batch), queue_ms)
 
@@ -401,25 +406,3 @@ class WorkerPool:
             self._on_metrics(self.spec, reply.metrics, reply.predict_ms, batch_len, queue_ms)
         except Exception:  # metrics must never break serving
             LOGGER.exception("on_metrics failed for %s", self.spec.model_name)
-
-
-def _deliver(batch: list[Pending], reply: WorkerReply, dispatched: float) -> None:
-    """Set each client's result (with its queue time), matched by position or else by id."""
-    ids = [item.request.request_id for item in batch]
-    results: list[InferenceResult | None] = list(reply.results)
-    if [result.request_id for result in reply.results] != ids:
-        by_id = {result.request_id: result for result in reply.results}
-        results = [by_id.get(rid) for rid in ids]
-    for item, result in zip(batch, results, strict=False):
-        if item.alive and result is not None:
-            queued = (dispatched - item.arrival) * 1000
-            item.future.set_result(dataclasses.replace(result, queue_ms=queued))
-    missing = ServeError("number of batch response mismatched", status_code=503)
-    _fail(batch, missing)
-
-
-def _fail(items: Iterable[Pending], error: ServeError) -> None:
-    """Give each waiting client its own copy of `error`."""
-    for item in items:
-        if item.alive:
-            item.future.set_exception(copy.copy(error))

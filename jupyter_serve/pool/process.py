@@ -26,8 +26,8 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 
-from .. import protocol
 from ..protocol import Frame
+from .channel import Channel, ChunkCallback, Disconnected
 from .logs import WorkerLog, pump_lines
 from .stats import rss_bytes
 
@@ -42,10 +42,6 @@ __all__ = [
 
 _EXIT_WAIT = 2.0  # seconds to collect the exit code after the socket closed
 _STREAM_LIMIT = 1 << 20  # longest output line forwarded
-
-
-class Disconnected(Exception):
-    """The socket closed or carried garbage: the worker is gone or cannot be trusted."""
 
 
 def worker_command(python: str) -> list[str]:
@@ -126,7 +122,7 @@ class WorkerProcess:
         self.on_exit: Callable[[WorkerProcess], None] | None = None
         self.tail: deque[str] = deque(maxlen=20)
         self._process = process
-        self._reader, self._writer = connection
+        self._channel = Channel(*connection)
         self._log, self._label = log, label
         self._tasks = [*self._pumps(process), asyncio.ensure_future(self._wait_exit())]
 
@@ -170,7 +166,7 @@ class WorkerProcess:
     @property
     def alive(self) -> bool:
         """Running, as far as the event loop knows, with its socket still open."""
-        return self.returncode is None and not self._reader.at_eof()
+        return self.returncode is None and not self._channel.at_eof()
 
     def relabel(self, log: WorkerLog, label: str) -> None:
         """Send the output from now on to `log` under `label` (a spare adopted by a model)."""
@@ -203,28 +199,17 @@ class WorkerProcess:
 
     # ---- frames --------------------------------------------------------------
 
-    async def exchange(self, data: bytes) -> Frame:
-        """Send one encoded frame and read the answer.
+    async def exchange(self, data: bytes, on_chunk: ChunkCallback | None = None) -> Frame:
+        """Send one encoded frame and read the answer (streamed chunks go to `on_chunk`).
 
         Raises:
             Disconnected: the socket failed, closed or carried a malformed frame.
         """
-        try:
-            self._writer.write(data)
-            await self._writer.drain()
-        except OSError as exc:
-            raise Disconnected(str(exc)) from exc
-        return await self.read_frame()
+        return await self._channel.exchange(data, on_chunk)
 
     async def read_frame(self) -> Frame:
         """The next frame the worker sends (Disconnected at EOF or on garbage)."""
-        try:
-            frame = await protocol.read_frame(self._reader)
-        except (OSError, protocol.ProtocolError) as exc:
-            raise Disconnected(str(exc)) from exc
-        if frame is None:
-            raise Disconnected("end of stream")
-        return frame
+        return await self._channel.read_frame()
 
     async def exit_code(self) -> int | None:
         """The exit code once the process ended; kill it if it lingers without its socket."""
@@ -261,12 +246,7 @@ class WorkerProcess:
         await self._reap(grace)
 
     async def _close_socket(self) -> None:
-        writer = self._writer
-        if writer.is_closing():
-            return
-        writer.close()
-        with contextlib.suppress(OSError):
-            await writer.wait_closed()
+        await self._channel.close()
 
     async def _terminate(self, grace: float) -> None:
         self.signal(signal.SIGTERM)

@@ -35,6 +35,7 @@ from .. import protocol
 from .._version import __version__
 from ..errors import ServeError
 from ..protocol import Frame, InferenceRequest, InferenceResult, Kind
+from .channel import ChunkCallback
 from .errors import BatchFailed, WorkerDied, WorkerLoadError
 from .logs import WorkerLog
 from .process import Disconnected, WorkerProcess, env_changes, worker_environment
@@ -233,9 +234,16 @@ class SubprocessWorker:
     # ---- predict -------------------------------------------------------------
 
     async def predict(
-        self, batch: Sequence[InferenceRequest], command: str = "predict"
+        self,
+        batch: Sequence[InferenceRequest],
+        command: str = "predict",
+        on_chunk: ChunkCallback | None = None,
     ) -> WorkerReply:
         """Run one batch within `spec.response_timeout`.
+
+        A streaming handler's intermediate results go to `on_chunk` as they arrive.
+        The timeout covers the whole batch, streamed chunks included (it does not
+        restart on each chunk), as TorchServe's does.
 
         Raises:
             WorkerDied: the worker exited (507 if SIGKILLed from outside) or hung
@@ -250,7 +258,7 @@ class SubprocessWorker:
             raise ServeError(f"Batch too large to send: {exc}", status_code=413) from exc
         self.state = WorkerState.BUSY
         try:
-            frame = await self._predict_frame(data)
+            frame = await self._predict_frame(data, on_chunk)
         finally:
             if self.state is WorkerState.BUSY:
                 self.state = WorkerState.READY
@@ -258,10 +266,10 @@ class SubprocessWorker:
             raise BatchFailed.from_header(frame.header)
         return self._reply(frame)
 
-    async def _predict_frame(self, request: bytes) -> Frame:
+    async def _predict_frame(self, request: bytes, on_chunk: ChunkCallback | None) -> Frame:
         timeout = self.spec.response_timeout
         try:
-            return await asyncio.wait_for(self._exchange(request), timeout)
+            return await asyncio.wait_for(self._exchange(request, on_chunk), timeout)
         except asyncio.TimeoutError:
             self._note(f"No answer within response_timeout ({timeout:g} s): killing the worker")
             self.kill()
@@ -283,9 +291,9 @@ class SubprocessWorker:
     def _death_status(self, code: int | None) -> int:
         return 507 if code in _OOM_EXIT_CODES and not self._killed else 500
 
-    async def _exchange(self, data: bytes) -> Frame:
+    async def _exchange(self, data: bytes, on_chunk: ChunkCallback | None = None) -> Frame:
         assert self._process is not None
-        return await self._process.exchange(data)
+        return await self._process.exchange(data, on_chunk)
 
     async def _exit_code(self) -> int | None:
         assert self._process is not None

@@ -95,13 +95,21 @@ class FastPredictions:
 
 
 class _Exchange:
-    """One request and its answer, written to the connection without a RequestHandler."""
+    """One request and its answer, written to the connection without a RequestHandler.
+
+    A streaming handler's intermediate results go out as HTTP chunks as they arrive
+    (the first with the status and headers, no Content-Length), the final result as
+    the last chunk, exactly as `PredictionRoute` sends them.
+    """
 
     def __init__(self, path: FastPredictions, request: httputil.HTTPServerRequest) -> None:
         self.path = path
         self.request = request
+        self.connection: Any = request.connection
         self.request_id = new_request_id()
         self.pending: tuple[asyncio.Future[InferenceResult], ...] = ()
+        self.streaming = False  # the headers left with a first chunk
+        self.gone = False  # the client closed the connection
 
     async def serve(self, name: str, version: str | None = None, extra: str | None = None) -> None:
         if not self.path.token_ok(self.request):
@@ -116,7 +124,10 @@ class _Exchange:
             self.send_result(result)
         except ServeError as error:
             status = error.status_code
-            self.send_json(status, error.to_json())
+            self.send_error(error)
+        except asyncio.CancelledError:
+            if not self.gone:
+                raise  # the server is stopping, not the client leaving
         finally:  # counted once answered, as the route's on_finish (a client gone is not)
             if served and status:
                 latency_us = (time.perf_counter() - started) * 1e6
@@ -141,49 +152,87 @@ class _Exchange:
             self.request, self.request_id, explain=self.path.explain, url_path=extra
         )
         deadline = asyncio.get_running_loop().time() + model.spec.response_timeout
-        future = model.batcher.submit(request, deadline)
+        future = model.batcher.submit(request, deadline, on_chunk=self.send_chunk)
         self.pending = (future,)
-        self._watch_disconnect()
+        self.connection.set_close_callback(self._client_gone)
         result: InferenceResult = await future
         return result
 
-    def _watch_disconnect(self) -> None:
-        connection: Any = self.request.connection
-        if hasattr(connection, "set_close_callback"):
-            connection.set_close_callback(self._client_gone)
-
     def _client_gone(self) -> None:
         """The client went away: drop its queued request (the batcher skips it)."""
+        self.gone = True
         for future in self.pending:
             future.cancel()
 
+    def send_chunk(self, result: InferenceResult) -> None:
+        """One intermediate result as one HTTP chunk (the first with the headers)."""
+        if self.gone:
+            return
+        body = bytes(result.body)
+        try:
+            if self.streaming:
+                self.connection.write(body)
+                return
+            self.streaming = True
+            stream = getattr(self.connection, "stream", None)
+            if stream is not None:
+                stream.set_nodelay(True)  # each chunk leaves at once (no Nagle)
+            self.connection.write_headers(self.start_line(result.status, result.reason),
+                                          self.result_headers(result), body or None)  # fmt: skip
+        except iostream.StreamClosedError:
+            self.gone = True
+
     def send_result(self, result: InferenceResult) -> None:
-        headers = httputil.HTTPHeaders()
-        if result.content_type:
-            headers["Content-Type"] = result.content_type
-        for key, value in result.headers.items():
-            headers[key] = value
-        self.write(result.status, result.reason, headers, bytes(result.body))
+        if self.streaming:
+            self.finish_stream(bytes(result.body))
+            return
+        self.write(result.status, result.reason, self.result_headers(result), bytes(result.body))
+
+    def send_error(self, error: ServeError) -> None:
+        if not self.streaming:
+            self.send_json(error.status_code, error.to_json())
+            return
+        LOGGER.warning("Streamed answer %s failed (%d): %s",
+                       self.request_id, error.status_code, error.message)  # fmt: skip
+        self.connection.close()  # no terminating chunk: the client sees a truncated answer
 
     def send_json(self, status: int, body: dict[str, Any]) -> None:
         headers = httputil.HTTPHeaders({"Content-Type": "application/json"})
         self.write(status, "", headers, (json.dumps(body, indent=2) + "\n").encode())
 
+    def result_headers(self, result: InferenceResult) -> httputil.HTTPHeaders:
+        headers = httputil.HTTPHeaders()
+        if result.content_type:
+            headers["Content-Type"] = result.content_type
+        for key, value in result.headers.items():
+            headers[key] = value
+        headers["x-request-id"] = self.request_id
+        return headers
+
+    def start_line(self, status: int, reason: str) -> httputil.ResponseStartLine:
+        reason = reason or responses.get(status, "Unknown")
+        return httputil.ResponseStartLine(self.request.version, status, reason)
+
+    def finish_stream(self, last: bytes) -> None:
+        self.connection.set_close_callback(None)
+        try:
+            if last:
+                self.connection.write(last)
+            self.connection.finish()
+        except iostream.StreamClosedError:
+            return
+
     def write(self, status: int, reason: str, headers: httputil.HTTPHeaders, body: bytes) -> None:
-        connection: Any = self.request.connection
-        if hasattr(connection, "set_close_callback"):
-            connection.set_close_callback(None)
+        self.connection.set_close_callback(None)
         headers["x-request-id"] = self.request_id
         headers["Content-Length"] = str(len(body))
-        reason = reason or responses.get(status, "Unknown")
-        start = httputil.ResponseStartLine(self.request.version, status, reason)
         try:
-            connection.write_headers(start, headers, body)
-            connection.finish()
+            self.connection.write_headers(self.start_line(status, reason), headers, body)
+            self.connection.finish()
         except iostream.StreamClosedError:
             return  # the client left; nothing to answer
         if status >= 400:
-            LOGGER.info("%s %s %s (%s)", status, self.request.method, self.request.uri, reason)
+            LOGGER.info("%s %s %s", status, self.request.method, self.request.uri)
 
 
 def _text(arg: bytes | None) -> str | None:

@@ -12,6 +12,17 @@ reason phrase, its headers, and its body as is. TorchServe sets a
 or a `content-type` response header), so a result without one is sent with no
 `Content-Type` at all. Every verb but OPTIONS predicts, as in TorchServe;
 OPTIONS answers the model's own OpenAPI description.
+
+Streaming (a handler calling `send_intermediate_predict_response`): the first
+intermediate result sends the status and headers with no `Content-Length`, so the
+answer goes out with `Transfer-Encoding: chunked`; each intermediate result is
+flushed as one chunk as it arrives and the final result is the last chunk. An
+answer that streams nothing is sent exactly as before (`Content-Length`). Once
+streaming started the status cannot change: a later failure (a handler error, a
+worker death, `responseTimeout` for the whole batch) is logged and the connection
+closed without the terminating chunk, so clients see a truncated answer. A client
+that disconnects mid-stream is dropped quietly; the worker finishes the batch. The
+KServe routes wrap outputs in JSON envelopes and answer with the final result only.
 """
 
 from __future__ import annotations
@@ -21,9 +32,10 @@ import time
 from typing import Any
 
 from tornado import web
+from tornado.http1connection import HTTP1Connection
 from tornado.httputil import HTTPServerRequest
 
-from ..batching import no_worker_message
+from ..batching import ChunkSink, no_worker_message
 from ..errors import ServeError, ServiceUnavailable
 from ..protocol import InferenceRequest, InferenceResult
 from ..registry import Model
@@ -63,6 +75,8 @@ class InferenceRoute(ServeRoute):
     _started: float = 0.0
     _queue_ms: float = 0.0
     _pending: tuple[asyncio.Future[InferenceResult], ...] = ()
+    _streaming = False  # an intermediate result was sent: the headers are gone
+    _gone = False  # the client closed the connection
 
     # ---- the hot path: what jupyter_server does per request that predictions don't need ----
 
@@ -98,24 +112,78 @@ class InferenceRoute(ServeRoute):
         check_has_workers(model, name, version)
         return model
 
+    def submit(
+        self, model: Model, request: InferenceRequest, on_chunk: ChunkSink | None = None
+    ) -> asyncio.Future[InferenceResult]:
+        """Queue `request` on the model's batcher, due within its `responseTimeout`."""
+        deadline = asyncio.get_running_loop().time() + model.spec.response_timeout
+        return model.batcher.submit(request, deadline, on_chunk=on_chunk)
+
     async def run(self, model: Model, requests: list[InferenceRequest]) -> list[InferenceResult]:
         """Submit every request to the model's batcher and await all results, in order."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + model.spec.response_timeout
-        self._pending = tuple(model.batcher.submit(request, deadline) for request in requests)
+        self._pending = tuple(self.submit(model, request) for request in requests)
         results = list(await asyncio.gather(*self._pending))
         self._queue_ms = max((result.queue_ms for result in results), default=0.0)
         return results
 
+    async def respond(self, model: Model, request: InferenceRequest) -> None:
+        """Run one request and answer it, streaming its intermediate results if any."""
+        future = self.submit(model, request, on_chunk=self.send_chunk)
+        self._pending = (future,)
+        try:
+            result = await future
+        except asyncio.CancelledError:
+            if self._streaming and self._gone:
+                return  # the client left mid-stream (on_connection_close dropped the request)
+            raise
+        except ServeError as error:
+            if not self._streaming:
+                raise
+            self.abort_stream(error)
+            return
+        self._queue_ms = result.queue_ms
+        self.send_result(result)
+
     def send_result(self, result: InferenceResult) -> None:
         """Answer with the handler's status, reason, content type, headers and raw body."""
+        if not self._streaming:
+            self.set_result_headers(result)
+        self.send_raw(result.body)  # after streamed chunks: the last chunk
+
+    def set_result_headers(self, result: InferenceResult) -> None:
         self.set_status(result.status, result.reason or None)
         self.clear_header("Content-Type")
         if result.content_type:
             self.set_header("Content-Type", result.content_type)
         for name, value in result.headers.items():
             self.set_header(name, value)
-        self.send_raw(result.body)
+
+    def send_chunk(self, result: InferenceResult) -> None:
+        """Send one intermediate result as one HTTP chunk (the first one with the headers).
+
+        The flush is not awaited: the pool calls this between frames of the batch, and
+        tornado queues writes in order (a write to a closed connection fails quietly).
+        """
+        if self._finished or self._gone:
+            return
+        if not self._streaming:
+            self._streaming = True
+            self.set_result_headers(result)
+            connection = self.request.connection
+            if isinstance(connection, HTTP1Connection):
+                connection.stream.set_nodelay(True)  # each chunk leaves at once (no Nagle)
+        self.write(result.body)
+        self.flush()
+
+    def abort_stream(self, error: ServeError) -> None:
+        """A failure after the headers left: log it and cut the answer short."""
+        self.log.warning(
+            "Streamed answer %s failed (%d): %s", self.request_id, error.status_code, error.message
+        )
+        self.set_status(error.status_code)  # for the metrics and the access log only
+        connection = self.request.connection
+        if isinstance(connection, HTTP1Connection):
+            connection.close()  # no terminating chunk: the client sees a truncated answer
 
     def send_raw(self, body: bytes) -> None:
         """Finish without APIHandler's forced JSON content type."""
@@ -124,6 +192,7 @@ class InferenceRoute(ServeRoute):
 
     def on_connection_close(self) -> None:
         """The client went away: drop its queued requests (the batcher skips them)."""
+        self._gone = True
         for future in self._pending:
             future.cancel()
         super().on_connection_close()
@@ -157,8 +226,7 @@ class PredictionRoute(InferenceRoute):
         request = to_inference_request(
             self.request, self.request_id, explain=self.explain, url_path=extra
         )
-        [result] = await self.run(model, [request])
-        self.send_result(result)
+        await self.respond(model, request)
 
     get = post = put = delete = patch = _predict
 

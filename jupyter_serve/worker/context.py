@@ -10,13 +10,18 @@ so handler unit tests written against TorchServe build it the same way::
 Per request `idx` the handler reads request headers and sets the response status,
 content type and headers through the context; each request's state lives in a
 `RequestProcessor` (`context.request_processor[idx]`), as in TorchServe.
+
+While the worker serves a batch, `chunk_sink` sends intermediate results to the
+server (TorchServe's `send_intermediate_predict_response`, see `streaming`); it is
+None outside a batch and when the context was built by hand.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..protocol import StreamChunk
 from .metrics import MetricsCache
 
 SERVER_NAME = "MMS"  # TorchServe still reports the Multi Model Server name.
@@ -111,6 +116,7 @@ class Context:
         self.model_yaml_config: dict[str, Any] = dict(model_yaml_config or {})
         self.stopping_criteria: Any = None
         self.cl_socket: Any = None
+        self.chunk_sink: Callable[[StreamChunk], None] | None = None
         self.header_key_sequence_id = SEQUENCE_ID_HEADER
         self.header_key_sequence_start = SEQUENCE_START_HEADER
         self.header_key_sequence_end = SEQUENCE_END_HEADER

@@ -47,10 +47,13 @@ def build_results(outputs: Any, context: Context) -> list[InferenceResult]:
     return [result_for(idx, item, context) for idx, item in enumerate(outputs)]
 
 
-def result_for(idx: int, item: Any, context: Context) -> InferenceResult:
+def result_for(
+    idx: int, item: Any, context: Context, request_id: str | None = None
+) -> InferenceResult:
+    """Request `idx`'s result: `item` encoded, with what the handler set on the context."""
     processor = context.request_processor[idx]
     return InferenceResult(
-        request_id=context.request_ids[idx],
+        request_id=context.request_ids[idx] if request_id is None else request_id,
         status=processor.get_response_status_code(),
         body=encode_output(item, idx),
         content_type=processor.content_type(),

@@ -17,6 +17,11 @@ load answers `E` (500, or 507 out of memory) and `serve` returns 1. A batch
 answers ``R`` with ``encode_results(results, metrics=[...], predict_ms=...)`` or,
 when the whole batch failed, `E` (see `failures`). EOF returns 0; a malformed
 frame raises `ProtocolError`.
+
+A handler may stream (`streaming.send_intermediate_predict_response`): each call
+writes an `S` frame through `ModelService.send_frame` while the batch runs, before
+its `R` or `E`. `serve` points `send_frame` at the socket; without it (a service
+driven in-process) streaming raises `StreamingUnavailable`.
 """
 
 from __future__ import annotations
@@ -25,7 +30,9 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +42,9 @@ from ..protocol import (
     InferenceRequest,
     Kind,
     ProtocolError,
+    StreamChunk,
     decode_infer,
+    encode_chunk,
     encode_results,
     read_frame_sync,
     write_frame_sync,
@@ -133,6 +142,7 @@ class ModelService:
         self.builtin_package = builtin_package
         self.chdir = chdir
         self.model: LoadedModel | None = None
+        self.send_frame: Callable[[Frame], None] | None = None
 
     def load(self, frame: Frame) -> Frame:
         """Answer an `L` frame: R(200) once the handler is initialized, else E."""
@@ -170,15 +180,26 @@ class ModelService:
             requests, command = decode_infer(frame)
         except (KeyError, TypeError, ValueError) as exc:
             raise ProtocolError(f"Bad inference header: {exc!r}") from exc
-        return run_batch(self.model, requests, command)
+        return run_batch(self.model, requests, command, self.send_frame)
 
 
-def run_batch(model: LoadedModel, requests: list[InferenceRequest], command: str) -> Frame:
-    """Call the handler on one batch: an R frame with results and metrics, or an E frame."""
+def run_batch(
+    model: LoadedModel,
+    requests: list[InferenceRequest],
+    command: str,
+    send_frame: Callable[[Frame], None] | None = None,
+) -> Frame:
+    """Call the handler on one batch: an R frame with results and metrics, or an E frame.
+
+    Intermediate results the handler streams go out through `send_frame` as S frames
+    while it runs.
+    """
     if model.handle is None:
         raise ProtocolError("The model is not loaded")
     batch = build_batch(requests, command, model.spec.decode_input_request)
     context = model.context().with_requests(batch.request_ids, batch.headers)
+    if send_frame is not None:
+        context.chunk_sink = partial(_send_chunk, send_frame)
     model.metrics.begin_batch(context.request_ids)
     started = time.perf_counter()
     try:
@@ -190,6 +211,8 @@ def run_batch(model: LoadedModel, requests: list[InferenceRequest], command: str
         failure = prediction_failure(exc)
         print(failure.traceback, file=sys.stderr, flush=True)
         return failure.frame()
+    finally:
+        context.chunk_sink = None  # a handler thread outliving the batch must not stream
     dimensions = {"ModelName": model.spec.model_name, "Level": "Model"}
     model.metrics.add_metric("PredictionTime", predict_ms, "ms", None, dimensions, GAUGE)
     return encode_results(results, metrics=model.metrics.drain(), predict_ms=predict_ms)
@@ -197,6 +220,10 @@ def run_batch(model: LoadedModel, requests: list[InferenceRequest], command: str
 
 def _env(changes: dict[str, Any]) -> dict[str, str | None]:
     return {str(name): None if value is None else str(value) for name, value in changes.items()}
+
+
+def _send_chunk(send_frame: Callable[[Frame], None], chunk: StreamChunk) -> None:
+    send_frame(encode_chunk(chunk))
 
 
 def _load_failure(spec: LoadSpec, exc: Exception) -> Failure:
@@ -207,6 +234,7 @@ def _load_failure(spec: LoadSpec, exc: Exception) -> Failure:
 
 def serve(sock: socket.socket, service: ModelService) -> int:
     """Run `service` over `sock` until EOF (0) or a failed load (1)."""
+    service.send_frame = partial(write_frame_sync, sock)
     frame = read_frame_sync(sock)
     if frame is None:
         return 0

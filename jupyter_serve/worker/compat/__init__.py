@@ -17,6 +17,8 @@ even while some of `jupyter_serve.handlers` is missing)::
     ts.utils.util                         PredictionException   (.handlers.exceptions),
                                           load_label_mapping, map_class_to_label, ...
                                                                 (.handlers.utils)
+    ts.handler_utils.utils                send_intermediate_predict_response
+                                                                (.worker.streaming)
     ts.metrics.dimension                  Dimension
     ts.metrics.metric_type_enum           MetricTypes
     mms.context                           Context, RequestProcessor
