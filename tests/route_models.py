@@ -114,16 +114,23 @@ async def register(
     version: str = "1.0",
     workers: int = 1,
     source: str = PROBE,
+    model_config: str | None = None,
     **params: Any,
 ) -> None:
-    """Build `source` (`PROBE`) as `<name>-<version>.mar` in the model store and register it."""
+    """Build `source` (`PROBE`) as `<name>-<version>.mar` in the model store and register it
+    (`model_config`: the text of a model-config.yaml to archive with it)."""
     registry, store = serve_state(serverapp)
     src = store.parent / f"src-{name}-{version}"
     src.mkdir(parents=True, exist_ok=True)
     (src / "probe.py").write_text(source)
+    config_file = None
+    if model_config is not None:
+        (src / "model-config.yaml").write_text(model_config)
+        config_file = str(src / "model-config.yaml")
     spec = ArchiveSpec(
-        model_name=name, handler=str(src / "probe.py"), version=version, export_path=str(store)
-    )
+        model_name=name, handler=str(src / "probe.py"), version=version, export_path=str(store),
+        config_file=config_file,
+    )  # fmt: skip
     mar = build_mar(spec)
     target = mar.with_name(f"{name}-{version}.mar")
     mar.rename(target)

@@ -426,3 +426,26 @@ async def test_a_failure_after_the_first_chunk_truncates_the_answer(
     metrics = jp_serverapp.web_app.settings["serve_metrics"]
     assert metrics.value("Requests5XX", {"Level": "Host", "Hostname": metrics.hostname}) == 1
     assert "failed (503): Prediction failed" in caplog.text  # why the server cut it short
+
+
+@pytest.mark.parametrize("by_header", [True, False], ids=["lean-path", "full-route"])
+async def test_past_client_timeout_the_answer_is_dropped_as_torchserve(
+    jp_fetch: Fetch, jp_serverapp: Any, by_header: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    await register(jp_serverapp, model_config="clientTimeoutInMills: 100\n")
+    token = jp_serverapp.identity_provider.token
+    auth: dict[str, Any] = (
+        {"headers": {"X-Mode": "sleep", **raw()}}
+        if by_header
+        else {"headers": {"X-Mode": "sleep", "Authorization": "", **raw()},
+              "params": {"token": token}}
+    )  # fmt: skip
+    with pytest.raises(HTTPClientError) as caught:  # the handler takes 0.5 s: no answer at all
+        await jp_fetch("serve", "predictions", "probe", method="POST", body=b"late",
+                       request_timeout=2, **auth)  # fmt: skip
+    assert caught.value.code == 599  # the client's own timeout, not a status from the server
+    assert "Timeout" in str(caught.value)  # the connection stayed open: nothing was sent
+    assert "due to client timeout" in caplog.text
+    quick = await jp_fetch("serve", "predictions", "probe", method="POST", body=b"on time",
+                           headers=raw())  # fmt: skip
+    assert quick.body == b"on time"

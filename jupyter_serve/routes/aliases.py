@@ -53,8 +53,7 @@ class AliasPredictionRoute(PredictionRoute):
             request.request_id, request.headers, (*self.query_parameters(), *request.parameters)
         )
         model = self.serving_model(self.model_name(request, name), version)
-        [result] = await self.run(model, [request])
-        self.send_result(result)
+        await self.respond(model, request)
 
     get = post = put = delete = patch = _predict
 

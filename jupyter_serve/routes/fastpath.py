@@ -41,7 +41,13 @@ from tornado.routing import PathMatches, Rule
 
 from ..errors import ServeError
 from ..protocol import InferenceResult
-from .inference import DEFAULT_MAX_REQUEST_SIZE, check_has_workers, request_size_error
+from .inference import (
+    DEFAULT_MAX_REQUEST_SIZE,
+    ClientTimedOut,
+    check_has_workers,
+    request_size_error,
+    within_client_timeout,
+)
 from .requests import new_request_id, to_inference_request
 
 LOGGER = logging.getLogger(__name__)
@@ -125,6 +131,8 @@ class _Exchange:
         except ServeError as error:
             status = error.status_code
             self.send_error(error)
+        except ClientTimedOut:
+            self.drop_answer()
         except asyncio.CancelledError:
             if not self.gone:
                 raise  # the server is stopping, not the client leaving
@@ -155,8 +163,7 @@ class _Exchange:
         future = model.batcher.submit(request, deadline, on_chunk=self.send_chunk)
         self.pending = (future,)
         self.connection.set_close_callback(self._client_gone)
-        result: InferenceResult = await future
-        return result
+        return await within_client_timeout(future, model.spec.client_timeout_ms)
 
     def _client_gone(self) -> None:
         """The client went away: drop its queued request (the batcher skips it)."""
@@ -181,6 +188,13 @@ class _Exchange:
                                           self.result_headers(result), body or None)  # fmt: skip
         except iostream.StreamClosedError:
             self.gone = True
+
+    def drop_answer(self) -> None:
+        """Send nothing, as TorchServe past `clientTimeoutInMills`: the client gives up."""
+        LOGGER.warning("Drop response for inference request %s due to client timeout",
+                       self.request_id)  # fmt: skip
+        if self.streaming:
+            self.connection.close()
 
     def send_result(self, result: InferenceResult) -> None:
         if self.streaming:

@@ -62,6 +62,27 @@ def request_size_error(request: HTTPServerRequest, limit: int) -> RequestTooLarg
     return None
 
 
+class ClientTimedOut(Exception):
+    """`clientTimeoutInMills` passed before the answer: TorchServe drops it, sends nothing."""
+
+
+async def within_client_timeout(
+    future: asyncio.Future[InferenceResult], timeout_ms: int
+) -> InferenceResult:
+    """The request's result, unless the model's `clientTimeoutInMills` passes first.
+
+    TorchServe drops a request whose client timeout passed while it was queued (it never
+    reaches a worker: cancelling the future makes the batcher skip it) and drops a
+    result that comes back too late; the client gets no answer at all.
+    """
+    if timeout_ms <= 0:
+        return await future
+    try:
+        return await asyncio.wait_for(future, timeout_ms / 1000)
+    except asyncio.TimeoutError:
+        raise ClientTimedOut() from None
+
+
 def check_has_workers(model: Model, name: str, version: str | None) -> None:
     """503 with TorchServe's message when the model version has no worker."""
     if model.pool.worker_count == 0:
@@ -131,7 +152,10 @@ class InferenceRoute(ServeRoute):
         future = self.submit(model, request, on_chunk=self.send_chunk)
         self._pending = (future,)
         try:
-            result = await future
+            result = await within_client_timeout(future, model.spec.client_timeout_ms)
+        except ClientTimedOut:
+            self.drop_answer()
+            return
         except asyncio.CancelledError:
             if self._streaming and self._gone:
                 return  # the client left mid-stream (on_connection_close dropped the request)
@@ -143,6 +167,14 @@ class InferenceRoute(ServeRoute):
             return
         self._queue_ms = result.queue_ms
         self.send_result(result)
+
+    def drop_answer(self) -> None:
+        """Send nothing, as TorchServe past `clientTimeoutInMills`: the client gives up."""
+        self.log.warning("Drop response for inference request %s due to client timeout",
+                         self.request_id)  # fmt: skip
+        self._auto_finish = False  # the connection stays open until the client leaves
+        if self._streaming and isinstance(self.request.connection, HTTP1Connection):
+            self.request.connection.close()
 
     def send_result(self, result: InferenceResult) -> None:
         """Answer with the handler's status, reason, content type, headers and raw body."""
