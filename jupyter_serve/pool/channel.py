@@ -51,14 +51,15 @@ class Channel:
         try:
             self._writer.write(data)
             await self._writer.drain()
-            reply = await protocol.read_frame(self._reader)
-            while reply is not None and reply.kind is Kind.STREAM:
-                _pass_chunk(reply, on_chunk)
-                reply = await protocol.read_frame(self._reader)
-        except (OSError, protocol.ProtocolError) as exc:
+        except OSError as exc:
             raise Disconnected(str(exc)) from exc
-        if reply is None:
-            raise Disconnected("end of stream")
+        reply = await self.read_frame()
+        while reply.kind is Kind.STREAM:
+            try:
+                _pass_chunk(reply, on_chunk)
+            except protocol.ProtocolError as exc:
+                raise Disconnected(str(exc)) from exc
+            reply = await self.read_frame()
         return reply
 
     async def read_frame(self) -> Frame:
