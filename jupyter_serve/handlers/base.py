@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import loading
 from .exceptions import PredictionException
+from .timer import timed
 from .utils import LabelMapping, decode_json, explain_target, load_label_mapping, row_input
 
 if TYPE_CHECKING:
@@ -118,6 +119,7 @@ class BaseHandler:
             raise RuntimeError("The handler has no device: call initialize(context) first.")
         return self.device
 
+    @timed
     def preprocess(self, data: Sequence[Any]) -> Any:
         """The batch as one tensor: each row's `data`/`body`, JSON-decoded if raw."""
         import torch
@@ -128,6 +130,7 @@ class BaseHandler:
         except (ValueError, TypeError) as exc:
             raise PredictionException(f"Cannot turn the input into a tensor: {exc}", 400) from exc
 
+    @timed
     def inference(self, data: Any, *args: Any, **kwargs: Any) -> Any:
         """`self.model(data)` on the handler's device, under `torch.inference_mode()`."""
         import torch
@@ -139,6 +142,7 @@ class BaseHandler:
                 data = data.to(self.device)
             return self.model(data, *args, **kwargs)
 
+    @timed
     def postprocess(self, data: Any) -> list[Any]:
         """The model output as (nested) Python lists, one item per row."""
         result: list[Any] = data.tolist()

@@ -19,6 +19,7 @@ even while some of `jupyter_serve.handlers` is missing)::
                                                                 (.handlers.utils)
     ts.handler_utils.utils                send_intermediate_predict_response
                                                                 (.worker.streaming)
+    ts.handler_utils.timer                timed                 (.handlers.timer)
     ts.metrics.dimension                  Dimension
     ts.metrics.metric_type_enum           MetricTypes
     mms.context                           Context, RequestProcessor
