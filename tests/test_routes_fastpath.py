@@ -179,3 +179,28 @@ class TestSwitchedOff:
             "serve", "predictions", "probe", method="POST", body="x", headers=dict(RAW)
         )
         assert response.body == b"x"
+
+
+async def test_an_unexpected_error_is_a_500_on_both_paths_not_a_hang(
+    jp_fetch: Fetch, jp_serverapp: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry, _ = serve_state(jp_serverapp)
+
+    def broken(*args: Any) -> Any:
+        raise RuntimeError("a bug in the server")
+
+    monkeypatch.setattr(registry, "get", broken)  # fault injection: the lookup itself fails
+    token = jp_serverapp.identity_provider.token
+    lean, full = await both_paths(
+        jp_fetch, token, "serve", "predictions", "probe", method="POST", body="x", headers=RAW
+    )
+    assert (lean.code, full.code) == (500, 500)
+    assert (
+        json.loads(lean.body)
+        == json.loads(full.body)
+        == {
+            "code": 500,
+            "type": "InternalServerException",
+            "message": "Internal server error",
+        }
+    )

@@ -136,6 +136,10 @@ class _Exchange:
         except asyncio.CancelledError:
             if not self.gone:
                 raise  # the server is stopping, not the client leaving
+        except Exception:  # a bug must not leave the client waiting: 500, as the route would
+            LOGGER.exception("Prediction %s failed", self.request_id)
+            status = 500
+            self.send_error(ServeError("Internal server error"))
         finally:  # counted once answered, as the route's on_finish (a client gone is not)
             if served and status:
                 latency_us = (time.perf_counter() - started) * 1e6
