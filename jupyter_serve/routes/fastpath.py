@@ -43,10 +43,8 @@ from ..errors import ServeError
 from ..protocol import InferenceResult
 from .inference import (
     DEFAULT_MAX_REQUEST_SIZE,
-    ClientTimedOut,
     check_has_workers,
     request_size_error,
-    within_client_timeout,
 )
 from .requests import new_request_id, to_inference_request
 
@@ -90,8 +88,7 @@ class FastPredictions:
         self, request: httputil.HTTPServerRequest, path_args: list[bytes | None], **_: Any
     ) -> None:
         name, version, extra = (_text(arg) for arg in (*path_args, None, None, None)[:3])
-        task = asyncio.ensure_future(_Exchange(self, request).serve(name or "", version, extra))
-        task.add_done_callback(_log_crash)
+        _Exchange(self, request).start(name or "", version, extra)
 
     def token_ok(self, request: httputil.HTTPServerRequest) -> bool:
         found = _AUTH.match(request.headers.get("Authorization", ""))
@@ -103,9 +100,11 @@ class FastPredictions:
 class _Exchange:
     """One request and its answer, written to the connection without a RequestHandler.
 
-    A streaming handler's intermediate results go out as HTTP chunks as they arrive
-    (the first with the status and headers, no Content-Length), the final result as
-    the last chunk, exactly as `PredictionRoute` sends them.
+    No task per request: `start` checks and queues the request synchronously and
+    the answer is written from the result future's done-callback (one event-loop
+    hop fewer than awaiting it). A streaming handler's intermediate results go out
+    as HTTP chunks as they arrive (the first with the status and headers, no
+    Content-Length), the final result as the last chunk, as `PredictionRoute` does.
     """
 
     def __init__(self, path: FastPredictions, request: httputil.HTTPServerRequest) -> None:
@@ -113,67 +112,107 @@ class _Exchange:
         self.request = request
         self.connection: Any = request.connection
         self.request_id = new_request_id()
-        self.pending: tuple[asyncio.Future[InferenceResult], ...] = ()
+        self.pending: asyncio.Future[InferenceResult] | None = None
         self.streaming = False  # the headers left with a first chunk
         self.gone = False  # the client closed the connection
+        self.timed_out = False  # clientTimeoutInMills passed first
+        self.timer: asyncio.TimerHandle | None = None
+        self.labels: tuple[str, str | None, str] | None = None  # name, version asked, served
+        self.started = 0.0
 
-    async def serve(self, name: str, version: str | None = None, extra: str | None = None) -> None:
+    def start(self, name: str, version: str | None = None, extra: str | None = None) -> None:
         if not self.path.token_ok(self.request):
             self.send_json(403, {"message": "Forbidden", "reason": None})
             return
         self.path.settings["api_last_activity"] = datetime.now(timezone.utc)
-        started, status, queue_ms = time.perf_counter(), 0, 0.0
-        served: list[str] = []  # the version asked for, once the model is found
+        self.started = time.perf_counter()
         try:
-            result = await self.predict(name, version, extra, served)
-            status, queue_ms = result.status, result.queue_ms
-            self.send_result(result)
+            future, timeout_ms = self.submit(name, version, extra)
         except ServeError as error:
-            status = error.status_code
-            self.send_error(error)
-        except ClientTimedOut:
-            self.drop_answer()
-        except asyncio.CancelledError:
-            if not self.gone:
-                raise  # the server is stopping, not the client leaving
+            self.answer_error(error)
+            return
         except Exception:  # a bug must not leave the client waiting: 500, as the route would
             LOGGER.exception("Prediction %s failed", self.request_id)
-            status = 500
-            self.send_error(ServeError("Internal server error"))
-        finally:  # counted once answered, as the route's on_finish (a client gone is not)
-            if served and status:
-                latency_us = (time.perf_counter() - started) * 1e6
-                metrics = self.path.settings["serve_metrics"]
-                metrics.record_request(
-                    name, version, status, latency_us, queue_ms * 1000, served_version=served[0]
-                )
+            self.answer_error(ServeError("Internal server error"))
+            return
+        self.pending = future
+        self.connection.set_close_callback(self._client_gone)
+        if timeout_ms > 0:
+            loop = asyncio.get_running_loop()
+            self.timer = loop.call_later(timeout_ms / 1000, self._client_timeout)
+        future.add_done_callback(self._answer)
 
-    async def predict(
-        self, name: str, version: str | None, extra: str | None, served: list[str]
-    ) -> InferenceResult:
-        """Run the request as `PredictionRoute` does: 413, 404, 503, then the batcher."""
+    def submit(
+        self, name: str, version: str | None, extra: str | None
+    ) -> tuple[asyncio.Future[InferenceResult], int]:
+        """Queue the request as `PredictionRoute` does: 413, 404, 503, then the batcher."""
         app = self.path.settings.get("serve_app")
         limit = int(getattr(app, "max_request_size", DEFAULT_MAX_REQUEST_SIZE))
         too_large = request_size_error(self.request, limit)
         if too_large is not None:
             raise too_large
         model = self.path.settings["serve_registry"].get(name, version)
-        served.append(model.version)
+        self.labels = (name, version, model.version)
         check_has_workers(model, name, version)
         request = to_inference_request(
             self.request, self.request_id, explain=self.path.explain, url_path=extra
         )
         deadline = asyncio.get_running_loop().time() + model.spec.response_timeout
         future = model.batcher.submit(request, deadline, on_chunk=self.send_chunk)
-        self.pending = (future,)
-        self.connection.set_close_callback(self._client_gone)
-        return await within_client_timeout(future, model.spec.client_timeout_ms)
+        return future, model.spec.client_timeout_ms
+
+    def _answer(self, future: asyncio.Future[InferenceResult]) -> None:
+        """The result future is done: answer with it (or, cancelled, with nothing)."""
+        try:
+            self._answer_with(future)
+        except Exception:  # a bug while writing: no half-written answer stays open
+            LOGGER.exception("Answering prediction %s failed", self.request_id)
+            self.connection.close()
+
+    def _answer_with(self, future: asyncio.Future[InferenceResult]) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        if future.cancelled():
+            if self.timed_out:
+                self.drop_answer()
+            return  # else the client left
+        error = future.exception()
+        if error is None:
+            result = future.result()
+            self.send_result(result)
+            self.record(result.status, result.queue_ms)
+        elif isinstance(error, ServeError):
+            self.answer_error(error)
+        else:
+            LOGGER.error("Prediction %s failed", self.request_id, exc_info=error)
+            self.answer_error(ServeError("Internal server error"))
+
+    def answer_error(self, error: ServeError) -> None:
+        self.send_error(error)
+        self.record(error.status_code, 0.0)
+
+    def record(self, status: int, queue_ms: float) -> None:
+        """Count an answered request, as the route's on_finish (a client gone is not)."""
+        if self.labels is None:
+            return
+        name, version, served = self.labels
+        latency_us = (time.perf_counter() - self.started) * 1e6
+        metrics = self.path.settings["serve_metrics"]
+        metrics.record_request(
+            name, version, status, latency_us, queue_ms * 1000, served_version=served
+        )
+
+    def _client_timeout(self) -> None:
+        """`clientTimeoutInMills` passed: drop the request (queued or running)."""
+        self.timed_out = True
+        if self.pending is not None:
+            self.pending.cancel()
 
     def _client_gone(self) -> None:
         """The client went away: drop its queued request (the batcher skips it)."""
         self.gone = True
-        for future in self.pending:
-            future.cancel()
+        if self.pending is not None:
+            self.pending.cancel()
 
     def send_chunk(self, result: InferenceResult) -> None:
         """One intermediate result as one HTTP chunk (the first with the headers)."""
@@ -255,11 +294,6 @@ class _Exchange:
 
 def _text(arg: bytes | None) -> str | None:
     return None if arg is None else arg.decode("utf-8")
-
-
-def _log_crash(task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        LOGGER.error("Fast prediction path failed", exc_info=task.exception())
 
 
 def fast_rules(base_url: str, prefix: str, serverapp: Any, settings: dict[str, Any]) -> list[Rule]:
