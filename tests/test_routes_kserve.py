@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from route_models import STREAM, register, server_config
+from route_models import STREAM, register, serve_state, server_config
 from tornado.httpclient import HTTPClientError, HTTPResponse
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
@@ -84,6 +84,26 @@ async def test_v1_model_ready(jp_fetch: Fetch, jp_serverapp: Any) -> None:
     assert json.loads(ready.body) == {"name": "probe", "ready": True}
     idle = await jp_fetch("serve", "v1", "models", "idle")
     assert json.loads(idle.body) == {"name": "idle", "ready": False}
+
+
+BROKEN = """
+def handle(data, context):
+    if data is None:
+        raise RuntimeError("this model never loads")
+    return data
+"""
+
+
+async def test_v1_ready_counts_workers_at_all_as_torchserve_v2_only_serving_ones(
+    jp_fetch: Fetch, jp_serverapp: Any
+) -> None:
+    await register(jp_serverapp, name="broken", workers=0, source=BROKEN)
+    registry, _ = serve_state(jp_serverapp)
+    await registry.scale("broken", None, 1, 1, False)  # a worker slot, failing to load
+    v1 = await jp_fetch("serve", "v1", "models", "broken")
+    assert json.loads(v1.body) == {"name": "broken", "ready": True}  # TorchServe: has workers
+    v2 = await jp_fetch("serve", "v2", "models", "broken", "ready")
+    assert json.loads(v2.body) == {"name": "broken", "ready": False}
 
 
 async def test_v2_infer_reshapes_inputs_and_flattens_outputs(

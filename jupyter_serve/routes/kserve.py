@@ -35,6 +35,7 @@ from tornado import web
 from .._version import __version__
 from ..errors import BadRequest
 from ..protocol import InferenceRequest, InferenceResult, Parameter
+from ..registry import Model
 from .base import ServeRoute
 from .inference import InferenceRoute
 from .requests import to_inference_request
@@ -198,12 +199,23 @@ class V2InferRoute(KServeRoute):
 
 
 class ModelReadyRoute(ServeRoute):
-    """`GET v1/models/{m}` and `GET v2/models/{m}/ready`: {"name", "ready"}."""
+    """`GET v2/models/{m}/ready`: {"name", "ready"}, ready when a worker serves."""
 
     @web.authenticated
     def get(self, name: str) -> None:
         model = self.registry.get(name)
-        self.write_json({"name": name, "ready": model.pool.healthy_count > 0})
+        self.write_json({"name": name, "ready": self.ready(model)})
+
+    def ready(self, model: Model) -> bool:
+        return model.pool.healthy_count > 0
+
+
+class V1ModelReadyRoute(ModelReadyRoute):
+    """`GET v1/models/{m}`: TorchServe's KServe v1 readiness, true once the model has
+    workers at all (starting ones included), as its management API answers it."""
+
+    def ready(self, model: Model) -> bool:
+        return model.pool.worker_count > 0
 
 
 class ModelMetadataRoute(ServeRoute):
@@ -254,7 +266,7 @@ class VersionedRoute(ServeRoute):
 
 ROUTES: list[tuple[str, type[Any]]] = [
     (r"v1/models/([^/:%]+)(?::|%3[Aa])(predict|explain)", V1InferRoute),  # ":" maybe quoted
-    (r"v1/models/([^/:]+)", ModelReadyRoute),
+    (r"v1/models/([^/:]+)", V1ModelReadyRoute),
     (r"v2/?", ServerMetadataRoute),
     (r"v2/health/live", LiveRoute),
     (r"v2/health/ready", ReadyRoute),
