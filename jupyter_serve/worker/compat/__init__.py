@@ -14,6 +14,7 @@ even while some of `jupyter_serve.handlers` is missing)::
     ts.torch_handler.image_segmenter      ImageSegmenter        (.handlers.image_segmenter)
     ts.torch_handler.object_detector      ObjectDetector        (.handlers.object_detector)
     ts.torch_handler.text_classifier      TextClassifier        (.handlers.text_classifier)
+    ts.torch_handler.text_handler         TextHandler           (.handlers.text_handler)
     ts.utils.util                         PredictionException   (.handlers.exceptions),
                                           load_label_mapping, map_class_to_label, ...
                                                                 (.handlers.utils)
