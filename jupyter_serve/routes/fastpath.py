@@ -18,7 +18,7 @@ Everything else keeps the full route: browsers (cookie + XSRF), `?token=` URLs,
 OPTIONS, and any server whose identity provider or authorizer is not
 jupyter_server's stock token check (JupyterHub, custom authorizers), or that
 has no token at all: `fast_path_applies` decides once, at start. A wrong token
-is refused with 403, as jupyter_server refuses it.
+does not match the rule either, so jupyter_server itself refuses it (403).
 """
 
 from __future__ import annotations
@@ -65,23 +65,35 @@ def fast_path_applies(serverapp: Any) -> bool:
 
 
 class TokenPathMatches(PathMatches):
-    """A path rule that only matches requests with an `Authorization: token|Bearer ...` header.
+    """A path rule matching only requests whose `Authorization: token|Bearer T` header
+    carries the server's token (compared in constant time).
 
-    Others (cookies, `?token=`, no credentials at all) fall through to the full routes.
+    Others (cookies, `?token=`, no credentials, a wrong token) fall through to the
+    full routes, where jupyter_server authenticates or refuses them.
     """
 
+    def __init__(self, path_pattern: str, identity_provider: Any) -> None:
+        super().__init__(path_pattern)
+        self.identity_provider = identity_provider
+
     def match(self, request: httputil.HTTPServerRequest) -> dict[str, Any] | None:
-        if request.method not in VERBS or not _AUTH.match(request.headers.get("Authorization", "")):
+        if request.method not in VERBS or not self.token_ok(request):
             return None
         return super().match(request)
+
+    def token_ok(self, request: httputil.HTTPServerRequest) -> bool:
+        found = _AUTH.match(request.headers.get("Authorization", ""))
+        expected = str(self.identity_provider.token or "")
+        if found is None or not expected:
+            return False
+        return hmac.compare_digest(found.group(1).strip().encode(), expected.encode())
 
 
 class FastPredictions:
     """Serves matched requests; the rule's target (tornado calls it with the request)."""
 
-    def __init__(self, settings: dict[str, Any], identity_provider: Any, explain: bool) -> None:
+    def __init__(self, settings: dict[str, Any], explain: bool) -> None:
         self.settings = settings
-        self.identity_provider = identity_provider
         self.explain = explain
 
     def __call__(
@@ -89,12 +101,6 @@ class FastPredictions:
     ) -> None:
         name, version, extra = (_text(arg) for arg in (*path_args, None, None, None)[:3])
         _Exchange(self, request).start(name or "", version, extra)
-
-    def token_ok(self, request: httputil.HTTPServerRequest) -> bool:
-        found = _AUTH.match(request.headers.get("Authorization", ""))
-        expected = str(self.identity_provider.token or "")
-        given = found.group(1).strip() if found else ""
-        return bool(expected) and hmac.compare_digest(given.encode(), expected.encode())
 
 
 class _Exchange:
@@ -121,9 +127,6 @@ class _Exchange:
         self.started = 0.0
 
     def start(self, name: str, version: str | None = None, extra: str | None = None) -> None:
-        if not self.path.token_ok(self.request):
-            self.send_json(403, {"message": "Forbidden", "reason": None})
-            return
         self.path.settings["api_last_activity"] = datetime.now(timezone.utc)
         self.started = time.perf_counter()
         try:
@@ -303,8 +306,8 @@ def fast_rules(base_url: str, prefix: str, serverapp: Any, settings: dict[str, A
     provider = serverapp.identity_provider
     return [
         Rule(
-            TokenPathMatches(url_path_join(base_url, prefix, kind) + _PATH),
-            FastPredictions(settings, provider, explain=kind == "explanations"),
+            TokenPathMatches(url_path_join(base_url, prefix, kind) + _PATH, provider),
+            FastPredictions(settings, explain=kind == "explanations"),
         )
         for kind in ("predictions", "explanations")
     ]
