@@ -151,8 +151,7 @@ class KServeRoute(InferenceRoute):
         """No envelope: the request and the answer as TorchServe without `service_envelope`."""
         model = self.serving_model(name, None)
         request = to_inference_request(self.request, self.request_id, explain=explain)
-        [result] = await self.run(model, [request])
-        self.send_result(result)
+        await self.respond(model, request)
 
 
 class V1InferRoute(KServeRoute):
