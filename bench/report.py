@@ -96,19 +96,12 @@ def ratios(results: Record) -> dict[str, float | None]:
     baseline = results.get("baseline_rss", {}).get("jupyter_server")
     added = None if js_rss is None or baseline is None else js_rss - baseline
     registers = results["registers"]
+    echo_c32 = {server: _value(rows, server, "echo", "batch8-5ms/1w", 32, "rps")
+                for server in (JS, TS, CEILING)}  # fmt: skip
     return {
-        "echo_c32_rps_vs_torchserve": _ratio(
-            _value(rows, JS, "echo", "batch8-5ms/1w", 32, "rps"),
-            _value(rows, TS, "echo", "batch8-5ms/1w", 32, "rps"),
-        ),
-        "echo_c32_rps_vs_tornado_ceiling": _ratio(
-            _value(rows, JS, "echo", "batch8-5ms/1w", 32, "rps"),
-            _value(rows, CEILING, "echo", "batch8-5ms/1w", 32, "rps"),
-        ),
-        "torchserve_echo_c32_rps_vs_tornado_ceiling": _ratio(
-            _value(rows, TS, "echo", "batch8-5ms/1w", 32, "rps"),
-            _value(rows, CEILING, "echo", "batch8-5ms/1w", 32, "rps"),
-        ),
+        "echo_c32_rps_vs_torchserve": _ratio(echo_c32[JS], echo_c32[TS]),
+        "echo_c32_rps_vs_tornado_ceiling": _ratio(echo_c32[JS], echo_c32[CEILING]),
+        "torchserve_echo_c32_rps_vs_tornado_ceiling": _ratio(echo_c32[TS], echo_c32[CEILING]),
         "echo_c1_p50_vs_torchserve": _ratio(
             _value(rows, JS, "echo", "batch8-5ms/1w", 1, "p50_ms"),
             _value(rows, TS, "echo", "batch8-5ms/1w", 1, "p50_ms"),

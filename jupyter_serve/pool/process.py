@@ -27,12 +27,11 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 
 from ..protocol import Frame
-from .channel import Channel, ChunkCallback, Disconnected
+from .channel import Channel, ChunkCallback
 from .logs import WorkerLog, pump_lines
 from .stats import rss_bytes
 
 __all__ = [
-    "Disconnected",
     "WorkerProcess",
     "cpu_threads_per_worker",
     "env_changes",

@@ -34,8 +34,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ..protocol import Kind
+from .channel import Disconnected
 from .logs import WorkerLog
-from .process import Disconnected, WorkerProcess, worker_command, worker_environment
+from .process import WorkerProcess, worker_command, worker_environment
 from .worker import next_worker_id
 
 __all__ = ["SPARE_LOG", "SparePool"]

@@ -35,10 +35,10 @@ from .. import protocol
 from .._version import __version__
 from ..errors import ServeError
 from ..protocol import Frame, InferenceRequest, InferenceResult, Kind
-from .channel import ChunkCallback
+from .channel import ChunkCallback, Disconnected
 from .errors import BatchFailed, WorkerDied, WorkerLoadError
 from .logs import WorkerLog
-from .process import Disconnected, WorkerProcess, env_changes, worker_environment
+from .process import WorkerProcess, env_changes, worker_environment
 from .stats import torchserve_time
 
 if TYPE_CHECKING:
