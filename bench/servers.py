@@ -21,7 +21,6 @@ run side by side.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import shutil
@@ -44,14 +43,6 @@ TS_EXTRAS = ("pyyaml", "numpy", "psutil")
 TOKEN = "bench-token"
 START_LIMIT = 180.0  # seconds: only a guard against a server that never comes up
 POLL = 0.02  # seconds between health pings while a server starts
-# jupyter serve's worker output (the `jupyter_serve.worker` logger) into its log file.
-WORKER_LOGS = {
-    "ServerApp": {
-        "logging_config": {
-            "loggers": {"jupyter_serve.worker": {"level": "INFO", "handlers": ["console"]}}
-        }
-    }
-}
 ADOPTED = re.compile(r"Worker adopted a spare, pid (\d+)")
 SPARE_EVENT = re.compile(
     r"\[spare/(?P<id>\d+)\] (?P<event>Spare started|Spare ready|Worker exited)"
@@ -262,9 +253,6 @@ class JupyterServe(Server):
         return {**super().environment(), **private}
 
     def launch(self) -> None:
-        config = self.folder / ".jupyter-config"
-        config.mkdir(parents=True, exist_ok=True)
-        (config / "jupyter_server_config.json").write_text(json.dumps(WORKER_LOGS))
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 self.argv(), cwd=self.folder, env=self.environment(),

@@ -7,15 +7,13 @@ client for `{url}serve/` with the token. `worker_pids()` lists the server's
 worker subprocesses (children running `jupyter_serve.worker`, spares included),
 `spare_pids()` those started as spares (a spare keeps `--spare` in its command
 line once a model adopts it). Worker and spare output (the
-`jupyter_serve.worker` logger, which `jupyter serve` leaves unconfigured) goes to
-the server's stderr too, through Jupyter's `logging_config`, so tests can wait
-on worker events such as "Spare ready".
+`jupyter_serve.worker` logger) goes to the server's stderr, where `ServeApp` shows
+it by default, so tests can wait on worker events such as "Spare ready".
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -34,10 +32,6 @@ TOKEN = "e2e-secret-token"
 STARTED = "is running at"  # jupyter_server's line once it listens
 MODELS_UP = "startup models serving"  # ServeApp's line once startup models serve
 WAIT = 120.0  # seconds; only a guard against a server that never logs the line
-WORKER_LOGGER = {"level": "INFO", "handlers": ["console"]}
-WORKER_LOGS = {
-    "ServerApp": {"logging_config": {"loggers": {"jupyter_serve.worker": WORKER_LOGGER}}}
-}
 
 
 def jupyter_command() -> list[str]:
@@ -72,9 +66,8 @@ class ServeProcess:
             "--no-browser",
             *args,
         ]
-        config_dir = root / ".jupyter-config"  # no user config, only WORKER_LOGS
+        config_dir = root / ".jupyter-config"  # no user config; worker output is logged anyway
         config_dir.mkdir(parents=True, exist_ok=True)
-        (config_dir / "jupyter_server_config.json").write_text(json.dumps(WORKER_LOGS))
         env = {
             **os.environ,
             "JUPYTER_CONFIG_DIR": str(config_dir),
