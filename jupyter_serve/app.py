@@ -37,7 +37,8 @@ from .models import BatchPolicy, ServerDefaults
 from .pool import SparePool, WorkerPool
 from .registry import ModelRegistry, RegistryConfig
 from .routes import ROUTES
-from .routes.fastpath import fast_rules
+from .routes.fastpath import fast_path_applies, fast_rules, fast_targets
+from .routes.lane import Lane
 from .startup import StartupPlan, start_models
 from .ts_config import apply_env_overrides, from_properties, read_properties
 
@@ -289,6 +290,30 @@ class ServeApp(ExtensionApp):
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         """Bring the startup models up in the background: the server answers at once."""
         self.startup_task = asyncio.ensure_future(self._start_models_logged())
+        http_server = getattr(serverapp, "http_server", None)
+        if http_server is not None:
+            self.attach_lane(http_server)
+
+    def attach_lane(self, http_server: Any) -> Lane | None:
+        """Let the serve lane read `http_server`'s new connections first (`routes/lane.py`).
+
+        Only with `fast_predictions` on and jupyter_server's stock token auth, as the
+        lean rules; returns the lane, or None when it does not apply.
+        """
+        serverapp = self.serverapp
+        if not (self.fast_predictions and serverapp is not None and fast_path_applies(serverapp)):
+            return None
+        provider = serverapp.identity_provider
+        prefix = url_path_join(serverapp.base_url, self.url_prefix.strip("/")) + "/"
+        self.lane = Lane(
+            http_server,
+            prefix,
+            dict(fast_targets(serverapp.web_app.settings)),
+            token=lambda: str(provider.token or ""),
+            max_body=lambda: int(self.max_request_size),
+        )
+        self.lane.attach()
+        return self.lane
 
     async def _start_models_logged(self) -> list[tuple[str, str]]:
         try:
@@ -299,6 +324,9 @@ class ServeApp(ExtensionApp):
 
     async def stop_extension(self) -> None:
         """Stop every worker of every model, and the spares."""
+        lane: Lane | None = getattr(self, "lane", None)
+        if lane is not None:
+            lane.detach()
         startup = getattr(self, "startup_task", None)
         if startup is not None and not startup.done():
             startup.cancel()

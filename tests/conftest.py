@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,17 @@ NO_SPARES = {"spare_workers": 0}
 @pytest.fixture
 def jp_server_config(jp_server_config: dict[str, Any]) -> dict[str, Any]:
     return {"ServerApp": {"jpserver_extensions": {"jupyter_serve": True}}, "ServeApp": NO_SPARES}
+
+
+@pytest.fixture
+def http_server(http_server: Any, jp_serverapp: Any) -> Iterator[Any]:
+    """pytest-jupyter's HTTP server with the serve lane reading its connections first, as
+    `jupyter serve` has it: every `jp_fetch` test runs through the lane or its handover."""
+    app = jp_serverapp.web_app.settings.get("serve_app")
+    lane = app.attach_lane(http_server) if app is not None else None
+    yield http_server
+    if lane is not None:
+        lane.detach()
 
 
 @pytest.fixture

@@ -24,10 +24,8 @@ does not match the rule either, so jupyter_server itself refuses it (403).
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import logging
-import re
 import time
 from datetime import datetime, timezone
 from http.client import responses
@@ -46,12 +44,11 @@ from .inference import (
     check_has_workers,
     request_size_error,
 )
+from .lane import VERBS, token_matches
 from .requests import new_request_id, to_inference_request
 
 LOGGER = logging.getLogger(__name__)
-_AUTH = re.compile(r"(?:token|bearer)\s+(.+)", re.IGNORECASE)
 _PATH = r"/([^/]+)(?:/([^/]+)(?:/(.+))?)?/?$"
-VERBS = frozenset({"GET", "POST", "PUT", "DELETE", "PATCH"})
 
 
 def fast_path_applies(serverapp: Any) -> bool:
@@ -82,11 +79,8 @@ class TokenPathMatches(PathMatches):
         return super().match(request)
 
     def token_ok(self, request: httputil.HTTPServerRequest) -> bool:
-        found = _AUTH.match(request.headers.get("Authorization", ""))
         expected = str(self.identity_provider.token or "")
-        if found is None or not expected:
-            return False
-        return hmac.compare_digest(found.group(1).strip().encode(), expected.encode())
+        return token_matches(request.headers.get("Authorization", ""), expected)
 
 
 class FastPredictions:
@@ -299,15 +293,18 @@ def _text(arg: bytes | None) -> str | None:
     return None if arg is None else arg.decode("utf-8")
 
 
+def fast_targets(settings: dict[str, Any]) -> dict[str, FastPredictions]:
+    """The lean path's answer for each route kind (shared by its rules and the lane)."""
+    return {kind: FastPredictions(settings, explain=kind == "explanations")
+            for kind in ("predictions", "explanations")}  # fmt: skip
+
+
 def fast_rules(base_url: str, prefix: str, serverapp: Any, settings: dict[str, Any]) -> list[Rule]:
     """The rules to put before the Jupyter routes (none when `fast_path_applies` is False)."""
     if not fast_path_applies(serverapp):
         return []
     provider = serverapp.identity_provider
     return [
-        Rule(
-            TokenPathMatches(url_path_join(base_url, prefix, kind) + _PATH, provider),
-            FastPredictions(settings, explain=kind == "explanations"),
-        )
-        for kind in ("predictions", "explanations")
+        Rule(TokenPathMatches(url_path_join(base_url, prefix, kind) + _PATH, provider), target)
+        for kind, target in fast_targets(settings).items()
     ]

@@ -1,0 +1,251 @@
+"""The serve lane: predictions answered at the connection, everything else handed to tornado.
+
+Raw keep-alive connections show what an HTTP client sees: the lane answering, a
+connection moving to tornado at its first other request (with the bytes the lane
+had read), pipelined requests, `Connection: close`, and heads the lane leaves to
+tornado. Which side holds a connection is read from tornado's own connection set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from route_models import STREAM, register, server_config
+
+from jupyter_serve.routes.lane import Lane, can_hand_back, token_matches
+
+
+@pytest.fixture
+def jp_server_config(tmp_path: Path) -> dict[str, Any]:
+    return server_config(tmp_path, max_request_size=4096)
+
+
+class Raw:
+    """One keep-alive client connection speaking HTTP/1.1 by hand."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    def send(self, data: bytes) -> None:
+        self.writer.write(data)
+
+    async def response(self) -> tuple[int, dict[str, str], bytes]:
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        status_line, *lines = head.decode("latin-1").rstrip("\r\n").split("\r\n")
+        headers = {}
+        for line in lines:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        if headers.get("transfer-encoding") == "chunked":
+            body = await self._chunks()
+        else:
+            body = await self.reader.readexactly(int(headers.get("content-length", "0")))
+        return int(status_line.split()[1]), headers, body
+
+    async def _chunks(self) -> bytes:
+        body = b""
+        while size := int((await self.reader.readuntil(b"\r\n")).strip(), 16):
+            body += await self.reader.readexactly(size)
+            await self.reader.readexactly(2)
+        await self.reader.readexactly(2)
+        return body
+
+    async def closed_by_server(self) -> bool:
+        return await self.reader.read() == b""
+
+
+@asynccontextmanager
+async def connected(port: int) -> AsyncIterator[Raw]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        yield Raw(reader, writer)
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
+@pytest.fixture
+def lane(jp_serverapp: Any, http_server: Any) -> Lane:
+    """The lane the conftest attached to the test server (it must be there)."""
+    found = jp_serverapp.web_app.settings["serve_app"].lane
+    assert isinstance(found, Lane)
+    assert found.http_server is http_server
+    return found
+
+
+def request(base: str, token: str, path: str, body: bytes = b"x", *extra: str,
+            method: str = "POST") -> bytes:  # fmt: skip
+    lines = [f"{method} {base}{path} HTTP/1.1", "Host: localhost", f"Authorization: token {token}",
+             f"Content-Length: {len(body)}", *extra]  # fmt: skip
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+async def probe_model(serverapp: Any) -> tuple[str, str]:
+    """Register the probe model; the base URL and token to reach it."""
+    await register(serverapp)
+    return serverapp.base_url, serverapp.identity_provider.token
+
+
+async def test_keep_alive_predictions_stay_in_the_lane(
+    jp_serverapp: Any, lane: Lane, http_server: Any, jp_http_port: int
+) -> None:
+    probe = await probe_model(jp_serverapp)
+    async with connected(jp_http_port) as raw:
+        for n in range(3):
+            raw.send(request(*probe, "serve/predictions/probe", f"body {n}".encode()))
+            status, headers, body = await raw.response()
+            assert (status, body) == (200, f"body {n}".encode())
+            assert len(headers["x-request-id"]) == 36
+        assert len(lane.connections) == 1
+        assert not http_server._connections  # tornado never saw the connection
+
+
+async def test_the_first_other_request_hands_the_connection_to_tornado(
+    jp_serverapp: Any, lane: Lane, http_server: Any, jp_http_port: int
+) -> None:
+    probe = await probe_model(jp_serverapp)
+    async with connected(jp_http_port) as raw:
+        raw.send(request(*probe, "serve/predictions/probe", b"lane"))
+        assert (await raw.response())[2] == b"lane"
+        raw.send(request(*probe, "api/status", b"", method="GET"))  # Jupyter's own route
+        status, _, body = await raw.response()
+        assert status == 200
+        assert "started" in json.loads(body)
+        assert not lane.connections
+        assert len(http_server._connections) == 1
+        raw.send(request(*probe, "serve/predictions/probe", b"tornado now"))  # the lean rule
+        status, _, body = await raw.response()
+        assert (status, body) == (200, b"tornado now")
+
+
+async def test_pipelined_requests_are_answered_in_order_across_the_handover(
+    jp_serverapp: Any, lane: Lane, jp_http_port: int
+) -> None:
+    probe = await probe_model(jp_serverapp)
+    async with connected(jp_http_port) as raw:
+        raw.send(
+            request(*probe, "serve/predictions/probe", b"one")
+            + request(*probe, "serve/predictions/probe", b"two")
+            + request(*probe, "serve/ping", b"", method="GET")
+            + request(*probe, "serve/predictions/probe", b"three")
+        )
+        answers = [await raw.response() for _ in range(4)]
+    bodies = [body for _, _, body in answers]
+    assert bodies == [b"one", b"two", b'{\n  "status": "Healthy"\n}\n', b"three"]
+
+
+async def test_connection_close_is_answered_then_closed(
+    jp_serverapp: Any, lane: Lane, jp_http_port: int
+) -> None:
+    probe = await probe_model(jp_serverapp)
+    async with connected(jp_http_port) as raw:
+        raw.send(request(*probe, "serve/predictions/probe", b"bye", "Connection: close"))
+        status, headers, body = await raw.response()
+        assert (status, headers["connection"], body) == (200, "close", b"bye")
+        assert await raw.closed_by_server()
+
+
+@pytest.mark.parametrize(
+    ("path", "chunked", "expected"),
+    [
+        ("serve/predictions/probe", True, 200),  # a chunked body: tornado decodes it
+        ("serve/predictions/pro%62e", False, 200),  # path arguments are percent-decoded
+        ("serve/predictions/nobody", False, 404),
+        ("serve/explanations/probe", False, 200),
+    ],
+)
+async def test_requests_get_the_answers_tornado_gives(
+    jp_serverapp: Any, lane: Lane, jp_http_port: int, path: str, chunked: bool, expected: int
+) -> None:
+    base, token = await probe_model(jp_serverapp)
+    async with connected(jp_http_port) as raw:
+        if chunked:
+            head = request(base, token, path, b"", "Transfer-Encoding: chunked")
+            raw.send(head.replace(b"Content-Length: 0\r\n", b"") + b"1\r\nx\r\n0\r\n\r\n")
+        else:
+            raw.send(request(base, token, path))
+        status, _, body = await raw.response()
+    assert status == expected
+    if expected == 404:
+        assert json.loads(body)["type"] == "ModelNotFoundException"
+    else:
+        assert body == b"x"
+
+
+async def test_a_body_over_max_request_size_gets_413_from_the_full_path(
+    jp_serverapp: Any, lane: Lane, http_server: Any, jp_http_port: int
+) -> None:
+    probe = await probe_model(jp_serverapp)
+    async with connected(jp_http_port) as raw:
+        raw.send(request(*probe, "serve/predictions/probe", b"x" * 5000))
+        status, _, body = await raw.response()
+        assert status == 413
+        assert json.loads(body)["type"] == "RequestEntityTooLargeException"
+        assert len(http_server._connections) == 1  # the lane left the big body to tornado
+
+
+async def test_a_wrong_token_is_refused_by_jupyter_server(
+    jp_serverapp: Any, lane: Lane, jp_http_port: int
+) -> None:
+    base, _ = await probe_model(jp_serverapp)
+    async with connected(jp_http_port) as raw:
+        raw.send(request(base, "wrong", "serve/predictions/probe"))
+        assert (await raw.response())[0] == 403
+
+
+async def test_a_malformed_head_gets_tornados_400_and_the_server_serves_on(
+    jp_serverapp: Any, lane: Lane, jp_http_port: int
+) -> None:
+    base, token = await probe_model(jp_serverapp)
+    async with connected(jp_http_port) as raw:
+        raw.send(f"POST {base}serve/predictions/probe HTTP/1.1\r\nHost: localhost\r\n"
+                 f"Bad Header: x\r\nAuthorization: token {token}\r\n\r\n".encode())  # fmt: skip
+        assert (await raw.response())[0] == 400
+    async with connected(jp_http_port) as fresh:
+        fresh.send(request(base, token, "serve/predictions/probe", b"fine"))
+        assert (await fresh.response())[2] == b"fine"
+
+
+async def test_a_streamed_answer_is_chunked_and_the_connection_goes_on(
+    jp_serverapp: Any, lane: Lane, jp_http_port: int
+) -> None:
+    await register(jp_serverapp, name="echo_stream", source=STREAM)
+    base, token = jp_serverapp.base_url, jp_serverapp.identity_provider.token
+    async with connected(jp_http_port) as raw:
+        for _ in range(2):
+            raw.send(request(base, token, "serve/predictions/echo_stream", b"foo"))
+            status, headers, body = await raw.response()
+            assert (status, headers["transfer-encoding"]) == (200, "chunked")
+            assert body == b"hello hello hello hello world "
+        assert len(lane.connections) == 1
+
+
+def test_token_matches_both_schemes_in_constant_time_compare() -> None:
+    assert token_matches("token s3cret", "s3cret")
+    assert token_matches("Bearer  s3cret ", "s3cret")
+    assert not token_matches("token other", "s3cret")
+    assert not token_matches("Basic s3cret", "s3cret")
+    assert not token_matches("token ", "")
+
+
+def test_a_stream_without_a_read_buffer_is_left_to_tornado() -> None:
+    class OtherStream:
+        pass
+
+    assert not can_hand_back(OtherStream())  # type: ignore[arg-type]
+
+
+class TestSwitchedOff:
+    @pytest.fixture
+    def jp_server_config(self, tmp_path: Path) -> dict[str, Any]:
+        return server_config(tmp_path, fast_predictions=False)
+
+    async def test_no_lane(self, jp_serverapp: Any, http_server: Any) -> None:
+        assert getattr(jp_serverapp.web_app.settings["serve_app"], "lane", None) is None
+        assert "handle_stream" not in vars(http_server)

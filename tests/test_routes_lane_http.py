@@ -1,0 +1,105 @@
+"""The serve lane's request-head parser: what it reads as tornado would, what it leaves."""
+
+from __future__ import annotations
+
+import pytest
+
+from jupyter_serve.routes.lane_http import (
+    MAX_HEAD_BYTES,
+    LaneHeaders,
+    NotForTheLane,
+    find_head_end,
+    header_case,
+    parse_head,
+)
+
+HEAD = b"POST /serve/predictions/m?x=1 HTTP/1.1\r\nHost: 127.0.0.1:8888\r\n"
+
+
+def test_a_plain_head_reads_as_tornado_reads_it() -> None:
+    request = parse_head(
+        HEAD + b"content-TYPE: text/plain\r\nX-a: 1\r\nx-A: 2\r\nContent-Length: 5"
+    )
+    assert (request.method, request.uri, request.path) == ("POST", "/serve/predictions/m?x=1",
+                                                           "/serve/predictions/m")  # fmt: skip
+    assert request.content_length == 5
+    assert not request.close_after
+    assert request.headers.get("content-type") == "text/plain"
+    assert request.headers.get("X-A") == "1,2"  # tornado joins a repeated header's values
+    assert ("X-A", "2") in request.headers.get_all()
+    assert "Content-Length" in request.headers
+    assert request.headers.get("Missing", "none") == "none"
+
+
+def test_connection_close_is_noted() -> None:
+    assert parse_head(HEAD + b"Connection: Close").close_after
+
+
+def test_header_case_is_tornados() -> None:
+    assert header_case("x-request-ID") == "X-Request-Id"
+    assert LaneHeaders([("Content-Type", "a")]).get("CONTENT-type") == "a"
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        HEAD + b"Transfer-Encoding: chunked",
+        HEAD + b"Expect: 100-continue",
+        HEAD + b"Upgrade: websocket",
+        HEAD + b"Connection: Upgrade",
+        HEAD + b"Content-Length: -1",
+        HEAD + b"Content-Length: 1,1",
+        HEAD + b"Bad Name: x",
+        HEAD + b"NoColon",
+        HEAD + b"X: a\rb",
+        HEAD + b"X: a\x00b",
+        HEAD + b" folded: continuation",
+        b"POST /serve/predictions/m HTTP/1.0\r\nHost: h",
+        b"POST http://h/serve/predictions/m HTTP/1.1\r\nHost: h",
+        b"post /serve/predictions/m HTTP/1.1\r\nHost: h",
+        b"POST /serve/predictions/m HTTP/1.1",  # no Host
+        b"POST /serve/predictions/m HTTP/1.1\r\nHost: a b",
+    ],
+)
+def test_heads_the_lane_leaves_to_tornado(head: bytes) -> None:
+    with pytest.raises(NotForTheLane):
+        parse_head(head)
+
+
+def test_the_head_ends_at_the_first_blank_line() -> None:
+    assert find_head_end(bytearray(b"GET / HTTP/1.1\r\nHost: h\r\n")) is None
+    assert find_head_end(bytearray(b"GET / HTTP/1.1\r\nHost: h\r\n\r\nbody\n\n")) == (23, 27)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"GET / HTTP/1.1\nHost: h\n\n",
+        b"GET / HTTP/1.1\r\nHost: h\n\r\n",
+        b"x" * (MAX_HEAD_BYTES + 1),
+    ],
+)
+def test_bare_line_feeds_or_a_huge_head_go_to_tornado(data: bytes) -> None:
+    with pytest.raises(NotForTheLane):
+        find_head_end(bytearray(data))
+
+
+def test_form_bodies_are_parsed_with_tornados_parser() -> None:
+    boundary = "b0und"
+    request = parse_head(HEAD + f"Content-Type: multipart/form-data; boundary={boundary}".encode())
+    request.body = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="data"; filename="a.bin"\r\n'
+        f"Content-Type: application/x-raw\r\n\r\nRAW\r\n"
+        f'--{boundary}\r\nContent-Disposition: form-data; name="k"\r\n\r\nv\r\n--{boundary}--\r\n'
+    ).encode()
+    assert request.body_arguments == {"k": [b"v"]}
+    upload = request.files["data"][0]
+    assert (upload.filename, upload.body) == ("a.bin", b"RAW")
+    assert upload.content_type == "application/x-raw"
+
+
+def test_a_plain_body_has_no_form_fields() -> None:
+    request = parse_head(HEAD + b"Content-Type: application/json")
+    request.body = b'{"a": 1}'
+    assert request.body_arguments == {}
+    assert request.files == {}
