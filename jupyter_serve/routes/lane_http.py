@@ -72,7 +72,7 @@ class LaneRequest:
     headers: LaneHeaders
     content_length: int
     close_after: bool  # the client sent `Connection: close`
-    body: bytes = b""
+    body: bytes | bytearray = b""
     connection: Any = None
     version: str = "HTTP/1.1"
     _form: tuple[dict[str, list[bytes]], dict[str, list[httputil.HTTPFile]]] | None = field(
@@ -102,7 +102,7 @@ class LaneRequest:
             if content_type.split(";", 1)[0].strip().lower() in FORM_TYPES:
                 httputil.parse_body_arguments(
                     content_type,
-                    self.body,
+                    bytes(self.body),
                     arguments,
                     files,
                     self.headers,  # type: ignore[arg-type]
