@@ -47,6 +47,7 @@ import workloads
 
 CONFIGS = {"batch1/1w": (1, 5, 1), "batch8-5ms/1w": (8, 5, 1), "batch8/2w": (8, 5, 2)}
 OMP1 = {"OMP_NUM_THREADS": "1"}
+ALONGSIDE = report.ALONGSIDE
 CEILING_CONFIG = "batch8-5ms/1w"  # the echo configuration the tornado ceiling is measured in
 
 
@@ -151,6 +152,7 @@ class Runner:
             for model in self.args.models.split(","):
                 for config in self.args.configs.split(","):
                     self.run_config(model, config)
+                self.inprocess_alongside(model)
         finally:
             for server in [*self.servers.values(), *([self.ceiling] if self.ceiling else [])]:
                 server.stop()
@@ -266,6 +268,25 @@ class Runner:
                     model, batches, 1, 2, self.plan
                 )
             self.log(f"in-process {model} {when}: {runs}")
+
+    def inprocess_alongside(self, model: str) -> None:
+        """The limit again while the servers are up and idle, as the serving points saw the
+        machine (the JVMs' background threads included), repeated like a point: the median
+        of the repeats per run kind is what `cnn_b8_vs_inprocess` divides by."""
+        if model not in ("mlp", "cnn"):
+            return
+        batches = self.plan.cnn_batches if model == "cnn" else "1,8,32"
+        kinds = [("1 process, default threads", 0, 1)]
+        if not self.args.quick:
+            kinds.append(("2 processes x 1 thread", 1, 2))
+        runs = self.results["inprocess"].setdefault(model, {})
+        for label, threads, processes in kinds:
+            repeats = [inprocess_run(model, batches, threads, processes, self.plan)
+                       for _ in range(self.plan.repeats)]  # fmt: skip
+            runs[f"{label}, {ALONGSIDE}"] = {
+                batch: report.median([r[batch] for r in repeats]) for batch in repeats[0]
+            }
+            self.log(f"in-process {model} {label} alongside serving: {repeats}")
 
 
 def inprocess_run(model: str, batches: str, threads: int, processes: int,

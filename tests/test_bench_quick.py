@@ -65,12 +65,21 @@ def test_quick_run_without_torchserve_reports_every_point(tmp_path: Path) -> Non
     assert ratios["echo_c32_rps_vs_tornado_ceiling"] > 0
     assert ratios["echo_c32_rps_vs_torchserve"] is None
     assert ratios["cnn_b8_vs_inprocess"] > 0
-    assert results["inprocess"]["cnn"]["1 process, default threads, before serving"]["8"] > 0
+    cnn_runs = results["inprocess"]["cnn"]
+    assert cnn_runs["1 process, default threads, before serving"]["8"] > 0
+    alongside = cnn_runs["1 process, default threads, alongside serving"]["8"]
+    served = max(
+        row["rps"]
+        for row in results["summary"]
+        if (row["server"], row["model"], row["concurrency"]) == ("jupyter_serve", "cnn", 32)
+        and row["config"] in ("batch8-5ms/1w", "batch8/2w")
+    )
+    assert ratios["cnn_b8_vs_inprocess"] == round(served / alongside, 3)  # the idle-server limit
     assert results["cold_start"]["jupyter_serve"] > 0
     assert len(results["registers"]) == 9
-    report = out.with_suffix(".md").read_text()
-    assert "| cnn_b8_vs_inprocess |" in report
-    assert "| echo | batch8/2w | 32 | jupyter_serve |" in report
+    markdown = out.with_suffix(".md").read_text()
+    assert "| cnn_b8_vs_inprocess |" in markdown
+    assert "| echo | batch8/2w | 32 | jupyter_serve |" in markdown
     assert leftovers(tmp_path) == []
 
 
