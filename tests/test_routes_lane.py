@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 from route_models import STREAM, register, server_config
 
-from jupyter_serve.routes.lane import Lane, can_hand_back, token_matches
+from jupyter_serve.routes.lane import Lane, LaneProtocol, can_hand_back, token_matches
+from jupyter_serve.routes.lane_http import LaneRequest, NotForTheLane
 
 
 @pytest.fixture
@@ -224,6 +225,59 @@ async def test_a_streamed_answer_is_chunked_and_the_connection_goes_on(
             assert (status, headers["transfer-encoding"]) == (200, "chunked")
             assert body == b"hello hello hello hello world "
         assert len(lane.connections) == 1
+
+
+class HeldTransport(asyncio.Transport):
+    """An asyncio transport whose last answer has not left yet (`pending` bytes)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pending, self.limits, self.aborted = 10, (-1, -1), False
+
+    def get_write_buffer_size(self) -> int:
+        return self.pending
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        self.limits = (high or 0, low or 0)
+
+    def pause_reading(self) -> None:
+        pass
+
+    def is_closing(self) -> bool:
+        return self.aborted
+
+    def abort(self) -> None:
+        self.aborted = True
+
+
+class OnlyTornadosLane:
+    """A lane for which no request qualifies; it records what it hands to tornado."""
+
+    def __init__(self) -> None:
+        self.connections: set[Any] = set()
+        self.handed: list[bytes] = []
+
+    def route(self, request: LaneRequest) -> Any:
+        raise NotForTheLane("not ours")
+
+    def hand_over(self, sock: Any, address: Any, unread_bytes: bytes) -> None:
+        self.handed.append(unread_bytes)
+
+
+def test_the_handover_waits_until_earlier_answers_have_left() -> None:
+    lane, transport = OnlyTornadosLane(), HeldTransport()
+    protocol = LaneProtocol(lane, None, None)  # type: ignore[arg-type]
+    protocol.connection_made(transport)
+    request = b"GET /api/status HTTP/1.1\r\nHost: h\r\n\r\n"
+    protocol.data_received(request)
+    assert lane.handed == []  # an answer is still in the write buffer
+    assert transport.limits == (0, 0)  # so asyncio calls resume_writing once it drains
+    assert not transport.aborted
+    transport.pending = 0
+    protocol.resume_writing()
+    assert lane.handed == [request]  # the unread request goes to tornado whole
+    assert transport.aborted  # the lane's descriptor closes; tornado reads its own
+    assert protocol not in lane.connections
 
 
 def test_token_matches_both_schemes_in_constant_time_compare() -> None:

@@ -3,12 +3,14 @@
 Profiling the lean path (`fastpath.py`) showed most of the Jupyter server's CPU per
 prediction in tornado's HTTP/1.1 layer itself: `HTTP1Connection`'s coroutines,
 its strict header parsing, `HTTPServerRequest`, the router's delegates. Bare
-tornado answers an echo at about 9k req/s on this machine; the same echo read
-straight from the `IOStream` at 30k (bench/RESULTS.md).
+tornado answers an echo at about 9k req/s on this machine; an asyncio protocol on
+the same socket at 33k.
 
 So `Lane` takes over the Jupyter server's `HTTPServer.handle_stream`: each new
-connection is read by the lane first. A request the lane can read exactly as
-tornado would (`lane_http.py`) whose path is `{base_url}serve/predictions/...` or
+plain-TCP connection is read first by a `LaneProtocol` (an asyncio protocol on the
+accepted socket: its reader stays registered, one callback per arrival, no
+per-read futures). A request the lane can read exactly as tornado would
+(`lane_http.py`) whose path is `{base_url}serve/predictions/...` or
 `explanations/...` and whose `Authorization: token|Bearer T` header carries the
 server's token (the same constant-time check as the lean rule) is answered by the
 lean path's exchange, with the same bytes as through tornado. Keep-alive
@@ -16,12 +18,14 @@ connections go on in the lane.
 
 The first request that is anything else (another route, a cookie, `?token=`, a
 wrong token, a chunked body, a malformed head...) hands the connection to
-tornado for good: the bytes the lane read and did not use are put back into the
-stream's read buffer and tornado's own `handle_stream` serves it from there, as if
-the lane had never been. Requests are taken one at a time per connection, as
-tornado does. `ServeApp.fast_predictions=False`, a server whose auth is not
-jupyter_server's stock token check, or a tornado whose `IOStream` lacks the read
-buffer the handover relies on, leave every connection to tornado.
+tornado for good, once every answer already written has left: the socket is
+duplicated into a fresh `IOStream`, the bytes the lane read and did not use are
+put back into that stream's read buffer, and tornado's own `handle_stream` serves
+it from there, as if the lane had never been. Requests are taken one at a time per
+connection, as tornado does (pipelined ones wait in the buffer). TLS connections,
+`ServeApp.fast_predictions=False`, a server whose auth is not jupyter_server's stock
+token check, or a tornado whose `IOStream` lacks the read buffer the handover
+relies on, leave every connection to tornado.
 """
 
 from __future__ import annotations
@@ -29,8 +33,10 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import os
 import re
-from collections.abc import Awaitable, Callable
+import socket
+from collections.abc import Callable
 from typing import Any
 
 from tornado import httputil, iostream
@@ -85,7 +91,8 @@ class Lane:
         self.targets = targets
         self.token = token
         self.max_body = max_body
-        self.connections: set[LaneConnection] = set()
+        self.connections: set[LaneProtocol] = set()
+        self.setting_up: set[asyncio.Task[Any]] = set()
 
     def attach(self) -> None:
         """Read the server's new connections first (tornado keeps what the lane leaves)."""
@@ -94,23 +101,28 @@ class Lane:
     def detach(self) -> None:
         self.http_server.handle_stream = self.tornado_handle_stream
         for connection in list(self.connections):
-            connection.stream.close()
+            connection.abort()
 
-    async def handle_stream(self, stream: iostream.IOStream, address: Any) -> None:
-        if not can_hand_back(stream):
+    def handle_stream(self, stream: iostream.IOStream, address: Any) -> None:
+        """A new connection: the lane's, unless it is TLS or cannot be handed back."""
+        if isinstance(stream, iostream.SSLIOStream) or not can_hand_back(stream):
             self.tornado_handle_stream(stream, address)
             return
-        connection = LaneConnection(self, stream)
-        self.connections.add(connection)
-        try:
-            leftover = await connection.serve()
-        except iostream.StreamClosedError:
-            return
-        finally:
-            self.connections.discard(connection)
-        if leftover is not None:
-            unread(stream, leftover)
-            self.tornado_handle_stream(stream, address)
+        loop = asyncio.get_running_loop()
+        sock = stream.socket
+        made = loop.connect_accepted_socket(lambda: LaneProtocol(self, sock, address), sock)
+        task = loop.create_task(made)
+        self.setting_up.add(task)  # a reference until the transport exists
+        task.add_done_callback(self.setting_up.discard)
+
+    def hand_over(self, sock: socket.socket, address: Any, unread_bytes: bytes) -> None:
+        """Serve the rest of this connection with tornado, starting with `unread_bytes`."""
+        server = self.http_server
+        stream = iostream.IOStream(socket.socket(fileno=os.dup(sock.fileno())),
+                                   max_buffer_size=server.max_buffer_size,
+                                   read_chunk_size=server.read_chunk_size)  # fmt: skip
+        unread(stream, unread_bytes)
+        self.tornado_handle_stream(stream, address)
 
     def route(self, request: LaneRequest) -> tuple[Target, list[bytes | None]]:
         """The lean target and path arguments for `request`, or `NotForTheLane`."""
@@ -125,91 +137,117 @@ class Lane:
         return self.targets[kind], [_unescape(arg) for arg in args]
 
 
-class LaneConnection:
+class LaneProtocol(asyncio.Protocol):
     """One client connection while the lane has it, and the `HTTPConnection` the lean
     exchange writes its answer to (`write_headers`, `write`, `finish`, `close`)."""
 
-    def __init__(self, lane: Lane, stream: iostream.IOStream) -> None:
+    def __init__(self, lane: Lane, sock: socket.socket, address: Any) -> None:
         self.lane = lane
-        self.stream = stream
-        self.request: LaneRequest | None = None
-        self.answered: asyncio.Future[bool] | None = None
+        self.sock = sock
+        self.address = address
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.head: tuple[LaneRequest, int, Target, list[bytes | None]] | None = None
+        self.request: LaneRequest | None = None  # the request being answered
         self.on_close: Callable[[], None] | None = None
         self.chunked = False
-        self.last_write: Awaitable[None] | None = None
-        stream.set_close_callback(self._stream_closed)
+        self.reading = True
+        self.handing_over = False
 
-    async def serve(self) -> bytearray | None:
-        """Answer requests until the client leaves (None) or one is not for the lane
-        (the bytes read and not used, for tornado)."""
-        buffer = bytearray()
-        while True:
-            try:
-                request, body_start = await self._read_head(buffer)
-                target, args = self.lane.route(request)
-            except NotForTheLane:
-                self.stream.set_close_callback(None)
-                return buffer
-            request.body = await self._read_body(buffer, body_start, request.content_length)
-            if not await self._exchange(request, target, args):
-                return None
-            if request.close_after:
-                await self._close_when_written()
-                return None
+    # ---- asyncio.Protocol ----
 
-    async def _read_head(self, buffer: bytearray) -> tuple[LaneRequest, int]:
-        while buffer.startswith(b"\r\n"):  # tornado skips blank lines before a request
-            del buffer[:2]
-        while (found := find_head_end(buffer)) is None:
-            buffer += await self.stream.read_bytes(READ_SIZE, partial=True)
-            while buffer.startswith(b"\r\n"):
-                del buffer[:2]
-        end, body_start = found
-        return parse_head(bytes(buffer[:end])), body_start
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.lane.connections.add(self)
 
-    async def _read_body(self, buffer: bytearray, start: int, length: int) -> bytes | bytearray:
-        """The body (from the buffer, then the stream); the buffer keeps what follows it.
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        if self.request is None and not self.handing_over:
+            self._next()
+        elif self.reading and len(self.buffer) > READ_SIZE:  # pipelined requests wait
+            self._pause_reading()
 
-        A body the buffer does not hold yet is read straight into its own bytearray
-        (tornado's `read_into`, after handing back the part already read) rather than
-        grown in the stream's buffer and sliced out.
-        """
-        end = start + length
-        if len(buffer) >= end:
-            with memoryview(buffer) as view:
-                body = bytes(view[start:end])
-            del buffer[:end]
-            return body
-        unread(self.stream, buffer[start:])
-        buffer.clear()
-        whole = bytearray(length)
-        await self.stream.read_into(whole)
-        return whole
-
-    async def _exchange(
-        self, request: LaneRequest, target: Target, args: list[bytes | None]
-    ) -> bool:
-        """Run one request through the lean path; False when the client left meanwhile."""
-        self.request, self.chunked, self.on_close = request, False, None
-        request.connection = self
-        self.answered = asyncio.get_running_loop().create_future()
-        target(request, args)
-        return await self.answered
-
-    async def _close_when_written(self) -> None:
-        if self.last_write is not None:
-            try:
-                await self.last_write
-            except iostream.StreamClosedError:
-                return
-        self.stream.close()
-
-    def _stream_closed(self) -> None:
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lane.connections.discard(self)
         on_close, self.on_close = self.on_close, None
         if on_close is not None:
             on_close()
-        if self.answered is not None and not self.answered.done():
-            self.answered.set_result(False)
+
+    def resume_writing(self) -> None:
+        """The transport's write buffer drained (watched only while handing over)."""
+        if self.handing_over:
+            self._hand_over_now()
+
+    # ---- reading requests ----
+
+    def _next(self) -> None:
+        """Start the next buffered request, wait for more bytes, or hand over."""
+        try:
+            head = self.head or self._read_head()
+        except NotForTheLane:
+            self._hand_over()
+            return
+        if head is None:
+            self._resume_reading()
+            return
+        request, body_start, target, args = head
+        end = body_start + request.content_length
+        if len(self.buffer) < end:
+            self.head = head  # the body is still arriving
+            self._resume_reading()
+            return
+        self.head = None
+        with memoryview(self.buffer) as view:
+            request.body = bytes(view[body_start:end])
+        del self.buffer[:end]
+        self.request, self.chunked, self.on_close = request, False, None
+        request.connection = self
+        target(request, args)
+
+    def _read_head(self) -> tuple[LaneRequest, int, Target, list[bytes | None]] | None:
+        buffer = self.buffer
+        while buffer.startswith(b"\r\n"):  # tornado skips blank lines before a request
+            del buffer[:2]
+        found = find_head_end(buffer)
+        if found is None:
+            return None
+        end, body_start = found
+        request = parse_head(bytes(buffer[:end]))
+        return (request, body_start, *self.lane.route(request))
+
+    def _pause_reading(self) -> None:
+        assert self.transport is not None
+        self.reading = False
+        self.transport.pause_reading()
+
+    def _resume_reading(self) -> None:
+        if not self.reading and self.transport is not None and not self.transport.is_closing():
+            self.reading = True
+            self.transport.resume_reading()
+
+    # ---- handing the connection to tornado ----
+
+    def _hand_over(self) -> None:
+        """Give the connection to tornado once every answer written so far has left."""
+        assert self.transport is not None
+        self.handing_over = True
+        self._pause_reading()
+        if self.transport.get_write_buffer_size():
+            self.transport.set_write_buffer_limits(high=0, low=0)  # resume_writing when empty
+            return
+        self._hand_over_now()
+
+    def _hand_over_now(self) -> None:
+        assert self.transport is not None
+        if self.transport.is_closing():
+            return
+        self.lane.connections.discard(self)
+        unread_bytes, self.buffer = bytes(self.buffer), bytearray()
+        try:
+            self.lane.hand_over(self.sock, self.address, unread_bytes)
+        finally:
+            self.transport.abort()  # closes the lane's descriptor; tornado has its own
 
     # ---- the HTTPConnection side, as tornado's HTTP1Connection writes a response ----
 
@@ -241,13 +279,30 @@ class LaneConnection:
         self._send(self._framed(chunk))
 
     def finish(self) -> None:
+        """The answer is complete: close if asked to, else go on with the next request."""
         if self.chunked:
             self._send(b"0\r\n\r\n")
-        if self.answered is not None and not self.answered.done():
-            self.answered.set_result(True)
+        request, self.request = self.request, None
+        if self.transport is None or self.transport.is_closing():
+            return
+        if request is not None and request.close_after:
+            self.transport.close()  # after the answer has left
+        elif self.buffer:
+            asyncio.get_running_loop().call_soon(self._next_if_idle)
+        else:
+            self._resume_reading()
 
     def close(self) -> None:
-        self.stream.close()
+        """Cut the connection now (a streamed answer that failed; an answer that broke)."""
+        self.abort()
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _next_if_idle(self) -> None:
+        if self.request is None and not self.handing_over:
+            self._next()
 
     def _framed(self, chunk: bytes) -> bytes:
         if not self.chunked or not chunk:
@@ -255,8 +310,11 @@ class LaneConnection:
         return b"%x\r\n%b\r\n" % (len(chunk), chunk)
 
     def _send(self, data: bytes) -> None:
-        if data:
-            self.last_write = self.stream.write(data)
+        if not data:
+            return
+        if self.transport is None or self.transport.is_closing():
+            raise iostream.StreamClosedError()  # the exchange expects tornado's error
+        self.transport.write(data)
 
 
 def _unescape(arg: str | None) -> bytes | None:
