@@ -170,6 +170,22 @@ class Batcher:
             if batch:
                 return batch
 
+    def take_ready(self) -> list[Pending] | None:
+        """A batch `next_batch` would return at once, taken without awaiting, else None.
+
+        The worker pool asks this first when a worker comes free, so the next batch is
+        on its way to the worker before the event loop turns to writing the previous
+        batch's answers: worker and server overlap instead of taking turns.
+        """
+        if self._closed is not None or not self._prune():
+            return None
+        if self.strict and len(self._queue) < self.batch_size:
+            head = self._queue[0]
+            waited = asyncio.get_running_loop().time() - head.arrival
+            if head.command == "predict" and waited < self.max_batch_delay:
+                return None
+        return self._take() or None
+
     def requeue(self, batch: Iterable[Pending]) -> None:
         """Put a batch taken but not sent back at the head of the queue, in order."""
         items = [item for item in batch if item.alive]

@@ -289,3 +289,43 @@ def test_cancelling_a_waiting_worker_loses_no_item() -> None:
         return ids(await batcher.next_batch())
 
     assert run(main()) == ["a"]
+
+
+def test_take_ready_hands_out_what_next_batch_would_return_at_once() -> None:
+    async def main() -> list[Any]:
+        eager = Batcher("m", batch_size=2, max_batch_delay=30.0)
+        strict = Batcher("m", batch_size=2, max_batch_delay=30.0, strict=True)
+        seen: list[Any] = [eager.take_ready()]  # nothing queued
+        for rid in "abc":
+            eager.submit(req(rid), later())
+        seen += [ids(eager.take_ready() or []), ids(eager.take_ready() or [])]
+        strict.submit(req("x"), later())
+        seen.append(strict.take_ready())  # short of a batch, within the delay: wait
+        strict.submit(req("y"), later())
+        seen.append(ids(strict.take_ready() or []))  # a full batch: at once
+        return seen
+
+    assert run(main()) == [None, ["a", "b"], ["c"], None, ["x", "y"]]
+
+
+def test_take_ready_lets_a_strict_partial_batch_go_once_its_delay_passed() -> None:
+    async def main() -> tuple[Any, list[str]]:
+        batcher = Batcher("m", batch_size=4, max_batch_delay=0.02, strict=True)
+        batcher.submit(req("a"), later())
+        early = batcher.take_ready()
+        await asyncio.sleep(0.03)
+        return early, ids(batcher.take_ready() or [])
+
+    assert run(main()) == (None, ["a"])
+
+
+def test_take_ready_after_close_leaves_the_error_to_next_batch() -> None:
+    async def main() -> Any:
+        batcher = Batcher("m", batch_size=2, max_batch_delay=0.0)
+        batcher.close(ServiceUnavailable("gone"))
+        ready = batcher.take_ready()
+        with pytest.raises(BatcherClosed):
+            await batcher.next_batch()
+        return ready
+
+    assert run(main()) is None

@@ -291,6 +291,33 @@ def test_eager_dispatches_a_lone_request_at_once(make_spec: Callable[..., ModelS
     assert run(main()).headers["x-batch"] == "alone"
 
 
+def test_the_next_batch_leaves_before_the_previous_answers_are_handled(
+    make_spec: Callable[..., ModelSpec], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Worker and server overlap: a worker that comes free gets the queued batch at once,
+    before the event loop runs the callbacks that write the previous batch's answers."""
+    events: list[str] = []
+    original = SubprocessWorker.predict
+
+    def spy(worker: SubprocessWorker, batch: Any, *args: Any) -> Any:
+        events.append("sent " + ",".join(r.request_id for r in batch))
+        return original(worker, batch, *args)
+
+    monkeypatch.setattr(SubprocessWorker, "predict", spy)
+
+    async def main() -> None:
+        pool = make_pool(make_spec(batch_size=1))
+        await pool.scale(1)
+        futures = [submit(pool, rid) for rid in ("r0", "r1", "r2")]
+        for rid, future in zip(("r0", "r1", "r2"), futures, strict=True):
+            future.add_done_callback(lambda _, r=rid: events.append("answered " + r))
+        await asyncio.gather(*futures)
+        await pool.stop()
+
+    run(main())
+    assert events == ["sent r0", "sent r1", "answered r0", "sent r2", "answered r1", "answered r2"]
+
+
 def test_describe_runs_alone_and_needs_a_worker(make_spec: Callable[..., ModelSpec]) -> None:
     async def main() -> InferenceResult:
         pool = make_pool(make_spec())

@@ -348,7 +348,7 @@ class WorkerPool:
         """The dispatch loop: pull a batch, run it on `worker`, until it dies or retires."""
         while worker.state is WorkerState.READY and not slot.retiring:
             try:
-                batch = await self._next_batch(slot, worker)
+                batch = self.batcher.take_ready() or await self._next_batch(slot, worker)
             except BatcherClosed:
                 slot.retiring = True  # the model is going away: wind down
                 return
