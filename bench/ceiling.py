@@ -4,9 +4,11 @@
 
 No model, no worker, no auth, no batching: only tornado's HTTP/1.1 parsing and
 writing, answered by a routing-rule callable (the shape of jupyter_serve's lean
-prediction path). What it serves per second on this machine, with the same load
-generator, bounds any Python/tornado frontend, jupyter_serve's included; the
-runner reports jupyter_serve's and TorchServe's echo throughput against it.
+rule, `routes/fastpath.py`). What it serves per second on this machine, with the
+same load generator, bounds a frontend built on tornado's HTTP layer; the runner
+reports jupyter_serve's and TorchServe's echo throughput against it. jupyter_serve's
+serve lane (`routes/lane.py`) reads token-authenticated predictions before tornado's
+HTTP layer, so since the lane jupyter_serve's echo can pass this figure.
 """
 
 from __future__ import annotations

@@ -204,3 +204,22 @@ async def test_an_unexpected_error_is_a_500_on_both_paths_not_a_hang(
             "message": "Internal server error",
         }
     )
+
+
+class TestBrowserOrigins:
+    @pytest.fixture
+    def jp_server_config(self, tmp_path: Path) -> dict[str, Any]:
+        config = server_config(tmp_path)
+        config["ServerApp"]["allow_origin"] = "https://notebooks.example"
+        return config
+
+    async def test_a_request_with_an_origin_keeps_the_full_routes_cors(
+        self, jp_fetch: Fetch, jp_serverapp: Any
+    ) -> None:
+        await register(jp_serverapp)
+        origin = {"Origin": "https://notebooks.example", **RAW}
+        response = await jp_fetch(
+            "serve", "predictions", "probe", method="POST", body="x", headers=origin
+        )
+        assert response.body == b"x"
+        assert response.headers["Access-Control-Allow-Origin"] == "https://notebooks.example"

@@ -191,6 +191,28 @@ async def test_a_body_over_max_request_size_gets_413_from_the_full_path(
         assert len(http_server._connections) == 1  # the lane left the big body to tornado
 
 
+class TestBrowsers:
+    """A request with an `Origin` goes to the full route, where jupyter_server answers CORS."""
+
+    @pytest.fixture
+    def jp_server_config(self, tmp_path: Path) -> dict[str, Any]:
+        config = server_config(tmp_path)
+        config["ServerApp"]["allow_origin"] = "https://notebooks.example"
+        return config
+
+    async def test_a_request_with_an_origin_gets_jupyter_servers_cors_headers(
+        self, jp_serverapp: Any, lane: Lane, http_server: Any, jp_http_port: int
+    ) -> None:
+        probe = await probe_model(jp_serverapp)
+        async with connected(jp_http_port) as raw:
+            origin = "Origin: https://notebooks.example"
+            raw.send(request(*probe, "serve/predictions/probe", b"x", origin))
+            status, headers, body = await raw.response()
+            assert (status, body) == (200, b"x")
+            assert headers["access-control-allow-origin"] == "https://notebooks.example"
+            assert len(http_server._connections) == 1  # tornado's, not the lane's
+
+
 async def test_a_wrong_token_is_refused_by_jupyter_server(
     jp_serverapp: Any, lane: Lane, jp_http_port: int
 ) -> None:

@@ -14,9 +14,10 @@ through the same batcher, registry and metrics as `PredictionRoute`, and writes
 the same answer (status, reason, the handler's headers and content type, the
 raw body, `x-request-id`, TorchServe's error JSON) straight to the connection.
 
-Everything else keeps the full route: browsers (cookie + XSRF), `?token=` URLs,
-OPTIONS, and any server whose identity provider or authorizer is not
-jupyter_server's stock token check (JupyterHub, custom authorizers), or that
+Everything else keeps the full route: browsers (cookie + XSRF, or any request
+with an `Origin` header, whose origin jupyter_server checks and answers CORS for),
+`?token=` URLs, OPTIONS, and any server whose identity provider or authorizer is
+not jupyter_server's stock token check (JupyterHub, custom authorizers), or that
 has no token at all: `fast_path_applies` decides once, at start. A wrong token
 does not match the rule either, so jupyter_server itself refuses it (403).
 """
@@ -74,7 +75,9 @@ class TokenPathMatches(PathMatches):
         self.identity_provider = identity_provider
 
     def match(self, request: httputil.HTTPServerRequest) -> dict[str, Any] | None:
-        if request.method not in VERBS or not self.token_ok(request):
+        if request.method not in VERBS or "Origin" in request.headers:
+            return None  # browsers' requests keep jupyter_server's origin check and CORS
+        if not self.token_ok(request):
             return None
         return super().match(request)
 

@@ -128,6 +128,8 @@ class Lane:
         """The lean target and path arguments for `request`, or `NotForTheLane`."""
         if request.method not in VERBS or request.content_length > self.max_body():
             raise NotForTheLane("verb or size")
+        if "Origin" in request.headers:
+            raise NotForTheLane("a browser's request: origin checks and CORS are tornado's")
         found = self.path.fullmatch(request.path)
         if found is None:
             raise NotForTheLane("path")
