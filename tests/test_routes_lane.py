@@ -213,6 +213,19 @@ class TestBrowsers:
             assert len(http_server._connections) == 1  # tornado's, not the lane's
 
 
+async def test_a_connection_stalled_mid_head_is_closed_after_the_header_timeout(
+    jp_serverapp: Any, lane: Lane, jp_http_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(lane, "header_timeout", 0.3)  # tornado's default: 3600 s
+    probe = await probe_model(jp_serverapp)
+    async with connected(jp_http_port) as raw:
+        raw.send(request(*probe, "serve/predictions/probe", b"served"))
+        assert (await raw.response())[2] == b"served"
+        raw.send(b"POST /serve/predictions/probe HTTP/1.1\r\n")  # ...then stalls
+        assert await asyncio.wait_for(raw.closed_by_server(), 20)
+    assert not lane.connections
+
+
 async def test_a_wrong_token_is_refused_by_jupyter_server(
     jp_serverapp: Any, lane: Lane, jp_http_port: int
 ) -> None:
@@ -275,6 +288,8 @@ class HeldTransport(asyncio.Transport):
 class OnlyTornadosLane:
     """A lane for which no request qualifies; it records what it hands to tornado."""
 
+    header_timeout = 3600.0
+
     def __init__(self) -> None:
         self.connections: set[Any] = set()
         self.handed: list[bytes] = []
@@ -286,7 +301,7 @@ class OnlyTornadosLane:
         self.handed.append(unread_bytes)
 
 
-def test_the_handover_waits_until_earlier_answers_have_left() -> None:
+async def test_the_handover_waits_until_earlier_answers_have_left() -> None:
     lane, transport = OnlyTornadosLane(), HeldTransport()
     protocol = LaneProtocol(lane, None, None)  # type: ignore[arg-type]
     protocol.connection_made(transport)

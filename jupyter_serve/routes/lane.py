@@ -93,6 +93,9 @@ class Lane:
         self.max_body = max_body
         self.connections: set[LaneProtocol] = set()
         self.setting_up: set[asyncio.Task[Any]] = set()
+        params = getattr(http_server, "conn_params", None)
+        # tornado closes a connection that sends no complete head for this long
+        self.header_timeout = float(getattr(params, "header_timeout", None) or 3600)
 
     def attach(self) -> None:
         """Read the server's new connections first (tornado keeps what the lane leaves)."""
@@ -155,6 +158,9 @@ class LaneProtocol(asyncio.Protocol):
         self.chunked = False
         self.reading = True
         self.handing_over = False
+        self.loop = asyncio.get_running_loop()
+        self.waiting_since: float | None = self.loop.time()  # for a head; None: busy
+        self.idle_timer: asyncio.TimerHandle | None = None
 
     # ---- asyncio.Protocol ----
 
@@ -162,6 +168,7 @@ class LaneProtocol(asyncio.Protocol):
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         self.lane.connections.add(self)
+        self.idle_timer = self.loop.call_later(self.lane.header_timeout, self._check_idle)
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
@@ -172,6 +179,8 @@ class LaneProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lane.connections.discard(self)
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
         on_close, self.on_close = self.on_close, None
         if on_close is not None:
             on_close()
@@ -180,6 +189,19 @@ class LaneProtocol(asyncio.Protocol):
         """The transport's write buffer drained (watched only while handing over)."""
         if self.handing_over:
             self._hand_over_now()
+
+    def _check_idle(self) -> None:
+        """Close a connection that has waited `header_timeout` for a complete head, as
+        tornado does (one timer per connection, re-armed lazily, nothing per request)."""
+        if self.transport is None or self.transport.is_closing():
+            return
+        now = self.loop.time()
+        since = now if self.waiting_since is None else self.waiting_since
+        if now - since >= self.lane.header_timeout:
+            self.transport.abort()
+            return
+        self.idle_timer = self.loop.call_later(since + self.lane.header_timeout - now,
+                                               self._check_idle)  # fmt: skip
 
     # ---- reading requests ----
 
@@ -194,6 +216,7 @@ class LaneProtocol(asyncio.Protocol):
             self._resume_reading()
             return
         request, body_start, target, args = head
+        self.waiting_since = None  # a whole head came: the body may take its time
         end = body_start + request.content_length
         if len(self.buffer) < end:
             self.head = head  # the body is still arriving
@@ -285,6 +308,7 @@ class LaneProtocol(asyncio.Protocol):
         if self.chunked:
             self._send(b"0\r\n\r\n")
         request, self.request = self.request, None
+        self.waiting_since = self.loop.time()
         if self.transport is None or self.transport.is_closing():
             return
         if request is not None and request.close_after:
