@@ -19,6 +19,7 @@ import psutil
 import pytest
 from route_models import register, serve_state, server_config
 from tornado.httpclient import HTTPClientError
+from tornado.httpserver import HTTPServer
 
 from jupyter_serve.app import WORKER_LOGGER, ServeApp, hide_worker_output, show_worker_output
 
@@ -142,3 +143,18 @@ def test_worker_output_is_shown_where_the_server_logs_until_it_stops() -> None:
     WORKER_LOGGER.info("[m/9000] after the stop")
     assert collect.lines == ["[m/9000] hello from the handler"]
     assert (WORKER_LOGGER.handlers, WORKER_LOGGER.propagate) == ([], True)
+
+
+async def test_starting_the_extension_puts_the_lane_in_front_of_the_servers_http_server(
+    jp_serverapp: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = HTTPServer(jp_serverapp.web_app)  # what `jupyter serve` / `jupyter lab` create
+    tornados = server.handle_stream
+    monkeypatch.setattr(jp_serverapp, "_http_server", server, raising=False)
+    app = jp_serverapp.web_app.settings["serve_app"]
+    await app._start_jupyter_server_extension(jp_serverapp)
+    assert server.handle_stream == app.lane.handle_stream
+    assert app.lane.tornado_handle_stream == tornados
+    await app.startup_task
+    await app.stop_extension()
+    assert server.handle_stream == tornados  # stopping gives tornado its connections back
