@@ -77,6 +77,25 @@ async def test_a_body_without_envelope_is_served_as_torchserve_without_service_e
     assert (seen["row"], seen["explain"]) == ({"body": [1]}, "False")
 
 
+@pytest.mark.parametrize("path", ["v1/models/probe:predict", "v2/models/probe/infer"])
+async def test_past_client_timeout_an_enveloped_request_gets_no_answer(
+    jp_fetch: Fetch, jp_serverapp: Any, path: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    await register(jp_serverapp, model_config="clientTimeoutInMills: 100\n")
+    body = (
+        {"instances": [1, 2]}
+        if path.startswith("v1")
+        else {"inputs": [{"name": "x", "shape": [1], "datatype": "INT64", "data": [1]}]}
+    )
+    with pytest.raises(HTTPClientError) as caught:  # the handler sleeps 0.5 s
+        await jp_fetch("serve", *path.split("/"), method="POST", body=json.dumps(body),
+                       headers={"X-Mode": "sleep"}, request_timeout=2)  # fmt: skip
+    assert caught.value.code == 599  # the client's own timeout: the server sent nothing
+    assert "due to client timeout" in caplog.text
+    answered = await post_json(jp_fetch, *path.split("/"), data=body)  # the server serves on
+    assert answered
+
+
 async def test_v1_model_ready(jp_fetch: Fetch, jp_serverapp: Any) -> None:
     await register(jp_serverapp)
     await register(jp_serverapp, name="idle", workers=0)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import Any, TypeVar
 
 from tornado import web
 from tornado.http1connection import HTTP1Connection
@@ -44,6 +44,7 @@ from .openapi import model_api
 from .requests import to_inference_request
 
 DEFAULT_MAX_REQUEST_SIZE = 6553500
+T = TypeVar("T")
 
 
 class RequestTooLarge(ServeError):
@@ -66,9 +67,7 @@ class ClientTimedOut(Exception):
     """`clientTimeoutInMills` passed before the answer: TorchServe drops it, sends nothing."""
 
 
-async def within_client_timeout(
-    future: asyncio.Future[InferenceResult], timeout_ms: int
-) -> InferenceResult:
+async def within_client_timeout(future: asyncio.Future[T], timeout_ms: int) -> T:
     """The request's result, unless the model's `clientTimeoutInMills` passes first.
 
     TorchServe drops a request whose client timeout passed while it was queued (it never
@@ -141,9 +140,15 @@ class InferenceRoute(ServeRoute):
         return model.batcher.submit(request, deadline, on_chunk=on_chunk)
 
     async def run(self, model: Model, requests: list[InferenceRequest]) -> list[InferenceResult]:
-        """Submit every request to the model's batcher and await all results, in order."""
+        """Submit every request to the model's batcher and await all results, in order.
+
+        Raises:
+            ClientTimedOut: the model's `clientTimeoutInMills` passed first; every
+                request still queued is dropped (`drop_answer` sends nothing).
+        """
         self._pending = tuple(self.submit(model, request) for request in requests)
-        results = list(await asyncio.gather(*self._pending))
+        gathered: asyncio.Future[list[InferenceResult]] = asyncio.gather(*self._pending)
+        results = await within_client_timeout(gathered, model.spec.client_timeout_ms)
         self._queue_ms = max((result.queue_ms for result in results), default=0.0)
         return results
 

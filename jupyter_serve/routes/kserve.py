@@ -37,7 +37,7 @@ from ..errors import BadRequest
 from ..protocol import InferenceRequest, InferenceResult, Parameter
 from ..registry import Model
 from .base import ServeRoute
-from .inference import InferenceRoute
+from .inference import ClientTimedOut, InferenceRoute
 from .requests import to_inference_request
 
 JSON_TYPE = "application/json"
@@ -140,7 +140,11 @@ class KServeRoute(InferenceRoute):
             InferenceRequest(self.request_id, base.headers, _item_parameters(item))
             for item in items
         ]
-        results: list[InferenceResult] = await self.run(model, requests) if requests else []
+        try:
+            results: list[InferenceResult] = await self.run(model, requests) if requests else []
+        except ClientTimedOut:
+            self.drop_answer()  # TorchServe: past clientTimeoutInMills, no answer at all
+            return None
         failed = next((result for result in results if not 200 <= result.status < 300), None)
         if failed is not None:
             self.send_result(failed)
