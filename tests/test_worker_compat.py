@@ -139,3 +139,33 @@ def test_forwarder_imports_lazily_and_caches(monkeypatch: pytest.MonkeyPatch) ->
         getattr_("nope")
     with pytest.raises(AttributeError):
         compat.forwarder("fake_shim", None)("dumps")
+
+
+ENVELOPED_HANDLER = """
+from ts.torch_handler.request_envelope.json import JSONEnvelope
+
+
+def _argmax(data, context):
+    if data is None:
+        return None
+    return [max(range(len(row)), key=row.__getitem__) for row in data]
+
+
+_envelope = JSONEnvelope(_argmax)
+
+
+def handle(data, context):
+    return _envelope.handle(data, context)
+"""
+
+
+def test_a_handler_wrapped_in_a_torchserve_envelope_runs_unchanged(tmp_path: Path) -> None:
+    folder = tmp_path / "enveloped"
+    write_model(folder, {"enveloped.py": ENVELOPED_HANDLER}, handler="enveloped.py")
+    with WorkerProcess() as worker:
+        assert worker.load(folder).kind is Kind.RESULT
+        answers = worker.json_bodies(
+            request("a", {"instances": [[1.0, 2.0], [4.0, 3.0]]}, "application/json"),
+            request("b", {"instances": [[5.0, 6.0]]}, "application/json"),
+        )
+    assert answers == [{"predictions": [1, 0]}, {"predictions": [1]}]

@@ -21,6 +21,9 @@ even while some of `jupyter_serve.handlers` is missing)::
     ts.handler_utils.utils                send_intermediate_predict_response
                                                                 (.worker.streaming)
     ts.handler_utils.timer                timed                 (.handlers.timer)
+    ts.torch_handler.request_envelope.*   BaseEnvelope, BodyEnvelope, JSONEnvelope,
+                                          KServeEnvelope, KServev2Envelope
+                                                                (.handlers.envelopes)
     ts.metrics.dimension                  Dimension
     ts.metrics.metric_type_enum           MetricTypes
     mms.context                           Context, RequestProcessor
