@@ -56,6 +56,7 @@ TS_CONFIG_TRAITS = {
     "models": "models",
     "limit_max_image_pixels": "limit_max_image_pixels",
     "decode_input_request": "decode_input_request",
+    "service_envelope": "service_envelope",
 }
 
 
@@ -175,6 +176,14 @@ class ServeApp(ExtensionApp):
         "set explicitly (model_store, load_models, models, default_workers_per_model, ...). "
         "As `torchserve --ts-config`, giving one skips restoring the snapshot.",
     )
+    service_envelope = Unicode(
+        "",
+        config=True,
+        help="As TorchServe's service_envelope: every model's worker wraps its handler in "
+        "ts.torch_handler.request_envelope.<name> (body, json, kserve, kservev2), for all "
+        "inference routes; the KServe routes then pass bodies to the worker as TorchServe "
+        "does. Empty: no envelope (the KServe routes unwrap v1/v2 envelopes themselves).",
+    )
     fast_predictions = Bool(
         True,
         config=True,
@@ -239,6 +248,7 @@ class ServeApp(ExtensionApp):
             batch_policy=BatchPolicy(self.batch_policy),
             limit_max_image_pixels=self.limit_max_image_pixels,
             decode_input_request=self.decode_input_request,
+            service_envelope=self.service_envelope,
         )
 
     def registry_config(self) -> RegistryConfig:

@@ -79,6 +79,7 @@ class ModelSpec:
     model_yaml_config: dict[str, Any] = field(default_factory=dict)
     limit_max_image_pixels: bool = True
     decode_input_request: bool = True
+    envelope: str = ""  # the worker wraps the handler in ts.torch_handler.request_envelope.<it>
     runtime: str = "python"
     max_retry_timeout: float = 300.0  # maxRetryTimeoutInSec
     client_timeout_ms: int = 0  # clientTimeoutInMills; 0 = none
@@ -210,6 +211,7 @@ class ServerDefaults:
     job_queue_size: int = 100
     limit_max_image_pixels: bool = True
     decode_input_request: bool = True
+    service_envelope: str = ""  # config.properties' service_envelope: body, json, kserve, ...
     batch_policy: BatchPolicy = BatchPolicy.EAGER
     python: str = sys.executable
     max_retry_timeout: float = 300
@@ -273,6 +275,7 @@ def _default_values(defaults: ServerDefaults) -> dict[str, Any]:
         "job_queue_size": defaults.job_queue_size,
         "limit_max_image_pixels": defaults.limit_max_image_pixels,
         "decode_input_request": defaults.decode_input_request,
+        "envelope": defaults.service_envelope,
         "batch_policy": defaults.batch_policy,
         "max_retry_timeout": defaults.max_retry_timeout,
         "torch_threads": defaults.torch_threads,

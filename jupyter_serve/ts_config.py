@@ -78,6 +78,7 @@ class TorchServeConfig:
     limit_max_image_pixels: bool | None = None
     decode_input_request: bool | None = None
     enable_model_api: bool | None = None
+    service_envelope: str | None = None  # body, json, kserve, kservev2
     unknown: tuple[str, ...] = ()
     properties: dict[str, str] = field(default_factory=dict)  # everything read, as text
 
@@ -93,6 +94,7 @@ class TorchServeConfig:
             "startup_timeout": self.default_startup_timeout,
             "limit_max_image_pixels": self.limit_max_image_pixels,
             "decode_input_request": self.decode_input_request,
+            "service_envelope": self.service_envelope,
         }
         given: dict[str, Any] = {key: value for key, value in changes.items() if value is not None}
         return dataclasses.replace(base or ServerDefaults(), **given)
@@ -240,6 +242,7 @@ def from_properties(properties: Mapping[str, str]) -> TorchServeConfig:
         load_models=None if loads is None else tuple(parse_load_models(loads, store)),
         models=_models(props.get("models")),
         allowed_urls=_allowed_urls(props.get("allowed_urls")),
+        service_envelope=props.get("service_envelope") or None,
         **typed,
         unknown=tuple(sorted(key for key in props if key not in _KNOWN)),
         properties=dict(properties),
@@ -266,6 +269,7 @@ _OTHER_KEYS = (
     "models",
     "allowed_urls",
     "disable_token_authorization",
+    "service_envelope",
 )
 _KNOWN = frozenset(
     (*_INT_KEYS, *_SECOND_KEYS, *_BOOL_KEYS, *IGNORED_ADDRESSES, *ENV_SWITCHES, *_OTHER_KEYS)

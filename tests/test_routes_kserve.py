@@ -222,3 +222,30 @@ async def test_kserve_routes_refuse_requests_without_credentials(
         await jp_fetch("serve", *path, method=method, body=b"{}" if method == "POST" else None,
                        headers={"Authorization": ""})  # fmt: skip
     assert caught.value.code == 403
+
+
+DOUBLING = """
+def handle(data, context):
+    if data is None:
+        return None
+    return [value * 2 for value in data]
+"""
+
+
+class TestServiceEnvelope:
+    """`service_envelope=kserve`: the worker's envelope reads the body on every route."""
+
+    @pytest.fixture
+    def jp_server_config(self, tmp_path: Path) -> dict[str, Any]:
+        return server_config(tmp_path, service_envelope="kserve")
+
+    async def test_kserve_and_predictions_routes_answer_through_the_workers_envelope(
+        self, jp_fetch: Fetch, jp_serverapp: Any
+    ) -> None:
+        await register(jp_serverapp, name="doubling", source=DOUBLING)
+        body = {"instances": [1, 2]}
+        for path in ("v1/models/doubling:predict", "predictions/doubling"):
+            answer = await post_json(jp_fetch, *path.split("/"), data=body)
+            assert answer == {"predictions": [2, 4]}, path
+        explained = await post_json(jp_fetch, "v1", "models", "doubling:explain", data=body)
+        assert explained == {"explanations": [2, 4]}

@@ -100,7 +100,8 @@ def test_load_maps_torchserve_keys_to_typed_fields(tmp_path: Path) -> None:
         "allowed_urls=file://.*, https://models\\\\.example/.*\n"
         "limit_max_image_pixels=false\n"
         "decode_input_request=FALSE\n"
-        "enable_model_api=true\n",
+        "enable_model_api=true\n"
+        "service_envelope=kserve\n",
     )
     assert config.model_store == str(tmp_path)
     assert config.load_models == ((None, "mnist.mar"), ("squeeze", "squeezenet.mar"))
@@ -121,6 +122,8 @@ def test_load_maps_torchserve_keys_to_typed_fields(tmp_path: Path) -> None:
     assert config.limit_max_image_pixels is False
     assert config.decode_input_request is False
     assert config.enable_model_api is True
+    assert config.service_envelope == "kserve"
+    assert config.server_defaults().service_envelope == "kserve"
     assert config.unknown == ()
     assert config.properties["job_queue_size"] == "50"
 

@@ -6,6 +6,7 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from worker_harness import WorkerProcess, request, write_model
@@ -169,3 +170,39 @@ def test_a_handler_wrapped_in_a_torchserve_envelope_runs_unchanged(tmp_path: Pat
             request("b", {"instances": [[5.0, 6.0]]}, "application/json"),
         )
     assert answers == [{"predictions": [1, 0]}, {"predictions": [1]}]
+
+
+DOUBLING_HANDLER = """
+def handle(data, context):
+    if data is None:
+        return None
+    return [value * 2 for value in data]
+"""
+
+
+@pytest.mark.parametrize(
+    ("envelope", "body", "expected"),
+    [
+        ("json", {"instances": [1, 2]}, {"predictions": [2, 4]}),
+        ("kserve", {"instances": [1, 2]}, {"predictions": [2, 4]}),
+        ("body", 21, 42),
+    ],
+)
+def test_service_envelope_wraps_the_handler_as_torchserve(
+    tmp_path: Path, envelope: str, body: Any, expected: Any
+) -> None:
+    folder = tmp_path / "doubling"
+    write_model(folder, {"doubling.py": DOUBLING_HANDLER}, handler="doubling.py")
+    with WorkerProcess() as worker:
+        assert worker.load(folder, envelope=envelope).kind is Kind.RESULT
+        answers = worker.json_bodies(request("a", body, "application/json"))
+    assert answers == [expected]
+
+
+def test_an_unknown_service_envelope_is_a_load_error(tmp_path: Path) -> None:
+    folder = tmp_path / "doubling"
+    write_model(folder, {"doubling.py": DOUBLING_HANDLER}, handler="doubling.py")
+    with WorkerProcess() as worker:
+        reply = worker.load(folder, envelope="seldon")
+    assert reply.kind is Kind.ERROR
+    assert "Unknown service_envelope 'seldon'" in reply.header["message"]

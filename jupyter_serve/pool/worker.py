@@ -201,6 +201,7 @@ class SubprocessWorker:
             "server_version": __version__,
             "model_yaml_config": spec.model_yaml_config,
             "decode_input_request": spec.decode_input_request,
+            "envelope": spec.envelope,
             "sys_path": list(spec.python_path),
             "env": env,
             "torch_threads": self.torch_threads,

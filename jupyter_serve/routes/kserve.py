@@ -21,6 +21,10 @@ A body that is no envelope at all (not JSON, or without `instances` / `inputs`)
 is served as TorchServe serves these routes without `service_envelope`: the
 body is the handler's one row, the `explain` header is set, and the handler's
 answer goes back as is, so handlers written for plain TorchServe keep working.
+
+With `service_envelope` set (`ServeApp.service_envelope` or config.properties), the
+worker wraps every handler in that envelope, as TorchServe's does, and these routes
+pass every body to it untouched: the answer is whatever the envelope makes of it.
 """
 
 from __future__ import annotations
@@ -151,6 +155,10 @@ class KServeRoute(InferenceRoute):
             return None
         return [_output_value(result.body) for result in results]
 
+    def enveloped_by_worker(self, name: str) -> bool:
+        """With `service_envelope` set, TorchServe's worker reads the envelope: pass it on."""
+        return bool(self.registry.get(name, None).spec.envelope)
+
     async def pass_through(self, name: str, explain: bool) -> None:
         """No envelope: the request and the answer as TorchServe without `service_envelope`."""
         model = self.serving_model(name, None)
@@ -165,7 +173,8 @@ class V1InferRoute(KServeRoute):
     async def post(self, name: str, action: str) -> None:
         self.check_request_size()
         explain = action == "explain"
-        envelope = _envelope(self.request.body, "instances")
+        envelope = None if self.enveloped_by_worker(name) else _envelope(self.request.body,
+                                                                          "instances")  # fmt: skip
         if envelope is None:
             await self.pass_through(name, explain)
             return
@@ -180,7 +189,8 @@ class V2InferRoute(KServeRoute):
     @web.authenticated
     async def post(self, name: str, action: str) -> None:
         self.check_request_size()
-        envelope = _envelope(self.request.body, "inputs")
+        envelope = None if self.enveloped_by_worker(name) else _envelope(self.request.body,
+                                                                          "inputs")  # fmt: skip
         if envelope is None:
             await self.pass_through(name, action == "explain")
             return

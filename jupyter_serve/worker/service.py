@@ -76,6 +76,7 @@ class LoadSpec:
     sys_path: tuple[str, ...] = ()
     env: dict[str, str | None] = field(default_factory=dict)
     torch_threads: int | None = None
+    envelope: str = ""  # config.properties' service_envelope
 
     @classmethod
     def from_header(cls, header: dict[str, Any]) -> LoadSpec:
@@ -94,6 +95,7 @@ class LoadSpec:
                 sys_path=tuple(str(entry) for entry in header.get("sys_path") or ()),
                 env=_env(header.get("env") or {}),
                 torch_threads=int(header.get("torch_threads") or 0) or None,
+                envelope=str(header.get("envelope") or ""),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ProtocolError(f"Bad load header: {exc!r}") from exc
@@ -169,6 +171,8 @@ class ModelService:
         _, model.handle = load_handler(
             model.handler, spec.model_dir, model.context(), self.builtin_package
         )
+        if spec.envelope:  # TorchServe wraps the entry point when service_envelope is set
+            model.handle = enveloped(spec.envelope, model.handle)
         set_torch_threads(threads)  # the handler may have imported torch just now
         return model
 
@@ -181,6 +185,16 @@ class ModelService:
         except (KeyError, TypeError, ValueError) as exc:
             raise ProtocolError(f"Bad inference header: {exc!r}") from exc
         return run_batch(self.model, requests, command, self.send_frame)
+
+
+def enveloped(name: str, handle: HandleFunction) -> HandleFunction:
+    """`handle` wrapped in TorchServe's request envelope `name` (json, body, kserve, ...)."""
+    from ..handlers.envelopes import ENVELOPES
+
+    if name not in ENVELOPES:
+        known = ", ".join(sorted(ENVELOPES))
+        raise HandlerLoadError(f"Unknown service_envelope {name!r} (TorchServe has {known})")
+    return ENVELOPES[name](handle).handle
 
 
 def run_batch(
