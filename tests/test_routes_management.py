@@ -541,3 +541,16 @@ async def test_metrics_json_gives_the_dashboards_figures(
     (model,) = [m for m in figures["models"] if m["model_name"] == "echo"]
     assert model["requests"] == 1
     assert figures["requests"]["2XX"] >= 1
+
+
+async def test_a_client_error_is_logged_in_one_line_without_a_traceback(
+    jp_fetch: Fetch, caplog: pytest.LogCaptureFixture
+) -> None:
+    with pytest.raises(HTTPClientError) as caught:
+        await jp_fetch("serve", "models", method="POST", body="[1, 2, 3]",
+                       headers={"Content-Type": "application/json"})  # fmt: skip
+    assert caught.value.code == 400
+    assert "400 POST" in caplog.text
+    assert "The JSON body must be an object of register parameters." in caplog.text
+    assert "Traceback" not in caplog.text
+    assert "Uncaught exception" not in caplog.text

@@ -14,6 +14,8 @@ error, so the id survives `send_error`.
 from __future__ import annotations
 
 import json
+import logging
+from types import TracebackType
 from typing import Any
 
 from jupyter_server.base.handlers import APIHandler
@@ -70,6 +72,21 @@ class ServeRoute(ExtensionHandlerMixin, APIHandler):
         self.set_status(status)
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps(data, indent=2) + "\n")
+
+    def log_exception(
+        self,
+        typ: type[BaseException] | None,
+        value: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """A `ServeError` is an answer (TorchServe's error JSON), not a crash: it is logged
+        in one line, a warning for 4xx and an error for 5xx, with no traceback."""
+        if not isinstance(value, ServeError):
+            super().log_exception(typ, value, tb)
+            return
+        level = logging.WARNING if value.status_code < 500 else logging.ERROR
+        self.log.log(level, "%d %s %s: %s", value.status_code, self.request.method,
+                     self.request.uri, value.message)  # fmt: skip
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc_info = kwargs.get("exc_info")
