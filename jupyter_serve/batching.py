@@ -179,11 +179,8 @@ class Batcher:
         """
         if self._closed is not None or not self._prune():
             return None
-        if self.strict and len(self._queue) < self.batch_size:
-            head = self._queue[0]
-            waited = asyncio.get_running_loop().time() - head.arrival
-            if head.command == "predict" and waited < self.max_batch_delay:
-                return None
+        if self.strict and self._left_to_wait() > 0:
+            return None
         return self._take() or None
 
     def requeue(self, batch: Iterable[Pending]) -> None:
@@ -219,17 +216,23 @@ class Batcher:
 
     async def _wait_full(self) -> None:
         """STRICT: wait for `batch_size` live items or the delay after the first arrival."""
-        loop = asyncio.get_running_loop()
-        while self._prune() < self.batch_size and self._queue and not self.closed:
-            head = self._queue[0]
-            remaining = head.arrival + self.max_batch_delay - loop.time()
-            if remaining <= 0 or head.command != "predict":
+        while self._prune() and not self.closed:
+            remaining = self._left_to_wait()
+            if remaining <= 0:
                 return
             self._arrived.clear()
             try:
                 await asyncio.wait_for(self._arrived.wait(), remaining)
             except asyncio.TimeoutError:
                 return
+
+    def _left_to_wait(self) -> float:
+        """STRICT, on a pruned non-empty queue: seconds the head still waits for more
+        items; 0 once the batch is full, its delay passed, or it is a describe job."""
+        head = self._queue[0]
+        if len(self._queue) >= self.batch_size or head.command != "predict":
+            return 0.0
+        return head.arrival + self.max_batch_delay - asyncio.get_running_loop().time()
 
     def _take(self) -> list[Pending]:
         """Pop the next batch: up to `batch_size` live items, or one describe job alone."""
