@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from itertools import chain
 from typing import Any
+
+from ..oip import datatype, flatten
 
 HandleFn = Callable[[Any, Any], Any]
 
@@ -134,15 +136,6 @@ class KServeEnvelope(BaseEnvelope):
         return [{"explanations" if self._explaining() else "predictions": data}]
 
 
-_V2_TYPES = (
-    (bool, "BOOL"),
-    (int, "INT64"),
-    (int | float, "FP64"),
-    (str, "BYTES"),
-    (bytes, "BYTES"),
-)
-
-
 class KServev2Envelope(BaseEnvelope):
     """Open Inference Protocol: each row's `inputs` in; one v2 response out."""
 
@@ -186,21 +179,8 @@ def _tensor(name: str, value: Any) -> dict[str, Any]:
     while isinstance(level, list | tuple):
         shape.append(len(level))
         level = level[0] if level else None
-    flat = _flatten(value)
-    return {"name": name, "shape": shape, "datatype": _datatype(flat), "data": flat}
-
-
-def _flatten(value: Any) -> list[Any]:
-    if isinstance(value, list | tuple):
-        return [leaf for item in value for leaf in _flatten(item)]
-    return [value]
-
-
-def _datatype(flat: Sequence[Any]) -> str:
-    for kind, name in _V2_TYPES:
-        if flat and all(isinstance(item, kind) for item in flat):
-            return name
-    return "BYTES"
+    flat = flatten(value)
+    return {"name": name, "shape": shape, "datatype": datatype(flat), "data": flat}
 
 
 ENVELOPES: dict[str, type[BaseEnvelope]] = {

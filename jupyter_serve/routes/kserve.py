@@ -38,6 +38,7 @@ from tornado import web
 
 from .._version import __version__
 from ..errors import BadRequest
+from ..oip import datatype, flatten
 from ..protocol import InferenceRequest, InferenceResult, Parameter
 from ..registry import Model
 from .base import ServeRoute
@@ -85,12 +86,6 @@ def _output_value(body: bytes) -> Any:
         return base64.b64encode(body).decode("ascii")
 
 
-def _flatten(value: Any) -> list[Any]:
-    if isinstance(value, list):
-        return [leaf for item in value for leaf in _flatten(item)]
-    return [value]
-
-
 def _reshape(flat: list[Any], shape: list[int]) -> Any:
     if not shape:
         return flat[0]
@@ -108,29 +103,18 @@ def _input_row(tensor: Any) -> dict[str, Any]:
         )
     row = dict(tensor)
     if row.get("datatype") == "BYTES":
-        row["data"] = _flatten(row["data"])[0]
+        row["data"] = flatten(row["data"])[0]
         return row
-    flat, shape = _flatten(row["data"]), [int(n) for n in row.get("shape") or []]
+    flat, shape = flatten(row["data"]), [int(n) for n in row.get("shape") or []]
     if shape and math.prod(shape) != len(flat):
         raise BadRequest(f"Input {row.get('name')}: {len(flat)} values do not fit shape {shape}.")
     row["data"] = _reshape(flat, shape)
     return row
 
 
-def _datatype(values: list[Any]) -> str:
-    """The v2 datatype numpy would infer for these values."""
-    if any(isinstance(v, str) for v in values):
-        return "BYTES"
-    if values and all(isinstance(v, bool) for v in values):
-        return "BOOL"
-    if values and all(isinstance(v, int) for v in values):
-        return "INT64"
-    return "FP64"
-
-
 def _v2_output(name: str, value: Any) -> dict[str, Any]:
-    flat = _flatten(value)
-    return {"name": name, "shape": [len(flat)], "datatype": _datatype(flat), "data": flat}
+    flat = flatten(value)
+    return {"name": name, "shape": [len(flat)], "datatype": datatype(flat), "data": flat}
 
 
 class KServeRoute(InferenceRoute):

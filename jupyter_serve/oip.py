@@ -1,0 +1,28 @@
+"""Open Inference Protocol (KServe v2) tensor helpers, shared by both sides.
+
+Stdlib only: the server's KServe routes (`routes/kserve.py`) and the workers'
+`kservev2` request envelope (`handlers/envelopes.py`) both turn handler outputs
+into v2 tensors with these.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def flatten(value: Any) -> list[Any]:
+    """The leaves of nested lists (or tuples), in order."""
+    if isinstance(value, list | tuple):
+        return [leaf for item in value for leaf in flatten(item)]
+    return [value]
+
+
+def datatype(values: list[Any]) -> str:
+    """The v2 datatype numpy would infer for these values."""
+    if any(isinstance(v, str) for v in values):
+        return "BYTES"
+    if values and all(isinstance(v, bool) for v in values):
+        return "BOOL"
+    if values and all(isinstance(v, int) for v in values):
+        return "INT64"
+    return "FP64"
