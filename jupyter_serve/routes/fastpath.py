@@ -41,7 +41,6 @@ from tornado.routing import PathMatches, Rule
 from ..errors import ServeError
 from ..protocol import InferenceResult
 from .inference import (
-    DEFAULT_MAX_REQUEST_SIZE,
     check_has_workers,
     request_size_error,
 )
@@ -146,9 +145,7 @@ class _Exchange:
         self, name: str, version: str | None, extra: str | None
     ) -> tuple[asyncio.Future[InferenceResult], int]:
         """Queue the request as `PredictionRoute` does: 413, 404, 503, then the batcher."""
-        app = self.path.settings.get("serve_app")
-        limit = int(getattr(app, "max_request_size", DEFAULT_MAX_REQUEST_SIZE))
-        too_large = request_size_error(self.request, limit)
+        too_large = request_size_error(self.request, self.path.settings)
         if too_large is not None:
             raise too_large
         model = self.path.settings["serve_registry"].get(name, version)

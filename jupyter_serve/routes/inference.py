@@ -54,8 +54,12 @@ class RequestTooLarge(ServeError):
     error_type = "RequestEntityTooLargeException"
 
 
-def request_size_error(request: HTTPServerRequest, limit: int) -> RequestTooLarge | None:
-    """The 413 for a body (or announced length) over `limit` bytes, else None."""
+def request_size_error(
+    request: HTTPServerRequest, settings: dict[str, Any]
+) -> RequestTooLarge | None:
+    """The 413 for a body (or announced length) over the app's `max_request_size`, else None."""
+    app = settings.get("serve_app")
+    limit = int(getattr(app, "max_request_size", DEFAULT_MAX_REQUEST_SIZE))
     announced = request.headers.get("Content-Length", "")
     size = int(announced) if announced.isdigit() else 0
     if max(size, len(request.body or b"")) > limit:
@@ -119,9 +123,7 @@ class InferenceRoute(ServeRoute):
 
     def check_request_size(self) -> None:
         """413 when the body (or its announced length) exceeds `max_request_size`."""
-        app = self.settings.get("serve_app")
-        limit = int(getattr(app, "max_request_size", DEFAULT_MAX_REQUEST_SIZE))
-        error = request_size_error(self.request, limit)
+        error = request_size_error(self.request, self.settings)
         if error is not None:
             raise error
 

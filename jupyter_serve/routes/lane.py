@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import logging
 import os
 import re
 import socket
@@ -44,7 +43,6 @@ from tornado.escape import url_unescape
 
 from .lane_http import LaneRequest, NotForTheLane, find_head_end, parse_head
 
-LOGGER = logging.getLogger(__name__)
 READ_SIZE = 65536
 VERBS = frozenset({"GET", "POST", "PUT", "DELETE", "PATCH"})
 _AUTH = re.compile(r"(?:token|bearer)\s+(.+)", re.IGNORECASE)
