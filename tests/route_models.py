@@ -108,6 +108,16 @@ def server_config(tmp_path: Path, **serve: Any) -> dict[str, Any]:
     return {"ServerApp": {"jpserver_extensions": {"jupyter_serve": True}}, "ServeApp": settings}
 
 
+BROWSER_ORIGIN = "https://notebooks.example"
+
+
+def cors_server_config(tmp_path: Path) -> dict[str, Any]:
+    """`server_config` with jupyter_server answering CORS for `BROWSER_ORIGIN`."""
+    config = server_config(tmp_path)
+    config["ServerApp"]["allow_origin"] = BROWSER_ORIGIN
+    return config
+
+
 async def register(
     serverapp: Any,
     name: str = "probe",

@@ -16,7 +16,13 @@ from typing import Any
 import pytest
 from jupyter_server.auth.authorizer import AllowAllAuthorizer
 from jupyter_server.auth.identity import PasswordIdentityProvider
-from route_models import register, serve_state, server_config
+from route_models import (
+    BROWSER_ORIGIN,
+    cors_server_config,
+    register,
+    serve_state,
+    server_config,
+)
 from tornado.httpclient import HTTPResponse
 
 from jupyter_serve.routes.fastpath import FastPredictions, TokenPathMatches, fast_path_applies
@@ -209,17 +215,15 @@ async def test_an_unexpected_error_is_a_500_on_both_paths_not_a_hang(
 class TestBrowserOrigins:
     @pytest.fixture
     def jp_server_config(self, tmp_path: Path) -> dict[str, Any]:
-        config = server_config(tmp_path)
-        config["ServerApp"]["allow_origin"] = "https://notebooks.example"
-        return config
+        return cors_server_config(tmp_path)
 
     async def test_a_request_with_an_origin_keeps_the_full_routes_cors(
         self, jp_fetch: Fetch, jp_serverapp: Any
     ) -> None:
         await register(jp_serverapp)
-        origin = {"Origin": "https://notebooks.example", **RAW}
+        origin = {"Origin": BROWSER_ORIGIN, **RAW}
         response = await jp_fetch(
             "serve", "predictions", "probe", method="POST", body="x", headers=origin
         )
         assert response.body == b"x"
-        assert response.headers["Access-Control-Allow-Origin"] == "https://notebooks.example"
+        assert response.headers["Access-Control-Allow-Origin"] == BROWSER_ORIGIN

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from route_models import STREAM, register, server_config
+from route_models import BROWSER_ORIGIN, STREAM, cors_server_config, register, server_config
 
 from jupyter_serve.routes.lane import Lane, LaneProtocol, can_hand_back, token_matches
 from jupyter_serve.routes.lane_http import LaneRequest, NotForTheLane
@@ -196,20 +196,18 @@ class TestBrowsers:
 
     @pytest.fixture
     def jp_server_config(self, tmp_path: Path) -> dict[str, Any]:
-        config = server_config(tmp_path)
-        config["ServerApp"]["allow_origin"] = "https://notebooks.example"
-        return config
+        return cors_server_config(tmp_path)
 
     async def test_a_request_with_an_origin_gets_jupyter_servers_cors_headers(
         self, jp_serverapp: Any, lane: Lane, http_server: Any, jp_http_port: int
     ) -> None:
         probe = await probe_model(jp_serverapp)
         async with connected(jp_http_port) as raw:
-            origin = "Origin: https://notebooks.example"
+            origin = f"Origin: {BROWSER_ORIGIN}"
             raw.send(request(*probe, "serve/predictions/probe", b"x", origin))
             status, headers, body = await raw.response()
             assert (status, body) == (200, b"x")
-            assert headers["access-control-allow-origin"] == "https://notebooks.example"
+            assert headers["access-control-allow-origin"] == BROWSER_ORIGIN
             assert len(http_server._connections) == 1  # tornado's, not the lane's
 
 
