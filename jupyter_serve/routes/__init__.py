@@ -10,17 +10,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from tornado import web
-
 from ..errors import ResourceNotFound
 from . import aliases, inference, kserve, management, metrics, openapi
+from .access import READ, allow
 from .base import NOT_FOUND_MESSAGE, ServeRoute
 
 
 class NotFoundRoute(ServeRoute):
     """Any unknown path under the prefix: 404 ResourceNotFoundException."""
 
-    @web.authenticated
+    @allow(READ)
     def _not_found(self, *args: str) -> None:
         raise ResourceNotFound(NOT_FOUND_MESSAGE)
 

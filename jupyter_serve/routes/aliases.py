@@ -19,10 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tornado import web
-
 from ..errors import BadRequest
 from ..protocol import InferenceRequest, Parameter
+from .access import EXECUTE, READ, allow
 from .inference import PredictionRoute
 from .openapi import model_api
 from .requests import to_inference_request
@@ -45,7 +44,7 @@ class AliasPredictionRoute(PredictionRoute):
         """The model the path names (`invocations` overrides this)."""
         return path_name or ""
 
-    @web.authenticated
+    @allow(EXECUTE)
     async def _predict(self, name: str | None = None, version: str | None = None) -> None:
         self.check_request_size()
         request = to_inference_request(self.request, self.request_id)
@@ -57,7 +56,7 @@ class AliasPredictionRoute(PredictionRoute):
 
     get = post = put = delete = patch = _predict
 
-    @web.authenticated
+    @allow(READ)
     def options_document(
         self, name: str | None = None, version: str | None = None, *_: Any
     ) -> None:

@@ -58,14 +58,15 @@ class ServeRoute(ExtensionHandlerMixin, APIHandler):
         metrics: ServeMetrics = self.settings["serve_metrics"]
         return metrics
 
-    def options(self, *args: Any, **kwargs: Any) -> None:
+    async def options(self, *args: Any, **kwargs: Any) -> None:
         """A CORS preflight goes to jupyter_server; a plain OPTIONS gets the route's
-        OpenAPI document, as TorchServe answers OPTIONS (`options_document`)."""
+        OpenAPI document, as TorchServe answers OPTIONS (`options_document`, authorized
+        like every verb, so it is awaited)."""
         document = getattr(self, "options_document", None)
         if document is None or self.request.headers.get("Access-Control-Request-Method"):
             super().options(*args, **kwargs)
         else:
-            document(*args)
+            await document(*args)
 
     def write_json(self, data: Any, status: int = 200) -> None:
         """Finish with TorchServe's pretty-printed JSON (indent 2, trailing newline)."""

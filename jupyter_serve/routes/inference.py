@@ -39,6 +39,7 @@ from ..batching import ChunkSink, no_worker_message
 from ..errors import ServeError, ServiceUnavailable
 from ..protocol import InferenceRequest, InferenceResult
 from ..registry import Model
+from .access import EXECUTE, READ, allow
 from .base import ServeRoute
 from .openapi import model_api
 from .requests import to_inference_request
@@ -256,7 +257,7 @@ class PredictionRoute(InferenceRoute):
 
     explain = False
 
-    @web.authenticated
+    @allow(EXECUTE)
     async def _predict(
         self, name: str, version: str | None = None, extra: str | None = None
     ) -> None:
@@ -269,7 +270,7 @@ class PredictionRoute(InferenceRoute):
 
     get = post = put = delete = patch = _predict
 
-    @web.authenticated
+    @allow(READ)
     def options_document(self, name: str, version: str | None = None, *_: str | None) -> None:
         self.write_json(model_api(self.registry.get(name, version)))
 
@@ -283,7 +284,7 @@ class ExplanationRoute(PredictionRoute):
 class PingRoute(ServeRoute):
     """`GET {base_url}serve/ping`: 200 Healthy, or 500 Unhealthy when a model lacks workers."""
 
-    @web.authenticated
+    @allow(READ)
     def get(self) -> None:
         if self.registry.healthy():
             self.write_json({"status": "Healthy"})

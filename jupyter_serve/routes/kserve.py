@@ -34,13 +34,12 @@ import json
 import math
 from typing import Any
 
-from tornado import web
-
 from .._version import __version__
 from ..errors import BadRequest
 from ..oip import datatype, flatten
 from ..protocol import InferenceRequest, InferenceResult, Parameter
 from ..registry import Model
+from .access import EXECUTE, READ, allow
 from .base import ServeRoute
 from .inference import ClientTimedOut, InferenceRoute
 from .requests import to_inference_request
@@ -153,7 +152,7 @@ class KServeRoute(InferenceRoute):
 class V1InferRoute(KServeRoute):
     """`POST v1/models/{m}:predict` and `:explain`."""
 
-    @web.authenticated
+    @allow(EXECUTE)
     async def post(self, name: str, action: str) -> None:
         self.check_request_size()
         explain = action == "explain"
@@ -170,7 +169,7 @@ class V1InferRoute(KServeRoute):
 class V2InferRoute(KServeRoute):
     """`POST v2/models/{m}/infer` and `/explain`."""
 
-    @web.authenticated
+    @allow(EXECUTE)
     async def post(self, name: str, action: str) -> None:
         self.check_request_size()
         envelope = None if self.enveloped_by_worker(name) else _envelope(self.request.body,
@@ -198,7 +197,7 @@ class V2InferRoute(KServeRoute):
 class ModelReadyRoute(ServeRoute):
     """`GET v2/models/{m}/ready`: {"name", "ready"}, ready when a worker serves."""
 
-    @web.authenticated
+    @allow(READ)
     def get(self, name: str) -> None:
         model = self.registry.get(name)
         self.write_json({"name": name, "ready": self.ready(model)})
@@ -218,7 +217,7 @@ class V1ModelReadyRoute(ModelReadyRoute):
 class ModelMetadataRoute(ServeRoute):
     """`GET v2/models/{m}`: the Open Inference Protocol model metadata."""
 
-    @web.authenticated
+    @allow(READ)
     def get(self, name: str) -> None:
         self.registry.get(name)
         versions = [model.version for model in self.registry.versions(name)]
@@ -230,7 +229,7 @@ class ModelMetadataRoute(ServeRoute):
 class ServerMetadataRoute(ServeRoute):
     """`GET v2`: TorchServe's server metadata (its "extenstion" typo included)."""
 
-    @web.authenticated
+    @allow(READ)
     def get(self) -> None:
         self.write_json(
             {"name": "Torchserve", "version": __version__, "extenstion": ["kserve", "kubeflow"]}
@@ -238,7 +237,7 @@ class ServerMetadataRoute(ServeRoute):
 
 
 class LiveRoute(ServeRoute):
-    @web.authenticated
+    @allow(READ)
     def get(self) -> None:
         self.write_json({"live": True})
 
@@ -246,7 +245,7 @@ class LiveRoute(ServeRoute):
 class ReadyRoute(ServeRoute):
     """`GET v2/health/ready`: ready when every model has its minimum of workers."""
 
-    @web.authenticated
+    @allow(READ)
     def get(self) -> None:
         self.write_json({"ready": self.registry.healthy()})
 
@@ -254,7 +253,7 @@ class ReadyRoute(ServeRoute):
 class VersionedRoute(ServeRoute):
     """`v2/models/{m}/versions/...`: 501, as TorchServe (no versions in its OIP routes)."""
 
-    @web.authenticated
+    @allow(READ)
     def _unsupported(self, *args: str) -> None:
         self.write_json({"error": VERSIONING}, status=501)
 

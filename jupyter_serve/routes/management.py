@@ -18,10 +18,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tornado import web
-
 from ..errors import MethodNotAllowed, ServeError
 from ..protocol import InferenceRequest
+from .access import READ, WRITE, allow
 from .base import ServeRoute
 from .openapi import model_management_api
 from .params import (
@@ -67,12 +66,12 @@ class ManagementRoute(ServeRoute):
 class ModelsRoute(ManagementRoute):
     """`GET models` lists the models; `POST models` registers one."""
 
-    @web.authenticated
+    @allow(READ)
     def get(self) -> None:
         limit, token = page_args(self.query())
         self.write_json(self.registry.list_models(limit, token))
 
-    @web.authenticated
+    @allow(WRITE)
     async def post(self) -> None:
         self.check_model_api()
         args = register_args(self.body_or_query())
@@ -83,14 +82,14 @@ class ModelsRoute(ManagementRoute):
 class ModelRoute(ManagementRoute):
     """`models/{m}[/{v}]`: GET describes, PUT scales, DELETE unregisters."""
 
-    @web.authenticated
+    @allow(READ)
     async def get(self, name: str, version: str | None = None) -> None:
         described = self.registry.describe(name, version)
         if version != "all" and bool_arg(self.query(), "customized", False):
             described[0]["customizedMetadata"] = await self._customized(name, version)
         self.write_json(described)
 
-    @web.authenticated
+    @allow(WRITE)
     async def put(self, name: str, version: str | None = None) -> None:
         args = scale_args(self.query(), version)
         self.registry.get(name, args.version)  # an unknown model is a 404 first
@@ -100,12 +99,12 @@ class ModelRoute(ManagementRoute):
         )
         self.write_status(outcome)
 
-    @web.authenticated
+    @allow(WRITE)
     async def delete(self, name: str, version: str | None = None) -> None:
         self.check_model_api()  # synchronous and timeout are accepted and ignored
         self.write_status(await self.registry.unregister(name, version))
 
-    @web.authenticated
+    @allow(READ)
     def options_document(self, name: str, version: str | None = None) -> None:
         self.write_json(model_management_api(self.registry.get(name, version)))
 
@@ -130,7 +129,7 @@ class ModelRoute(ManagementRoute):
 class SetDefaultRoute(ManagementRoute):
     """`PUT models/{m}/{v}/set-default`: the version unversioned routes use."""
 
-    @web.authenticated
+    @allow(WRITE)
     def put(self, name: str, version: str) -> None:
         self.write_status(self.registry.set_default(name, version))
 
@@ -141,7 +140,7 @@ class LogsRoute(ManagementRoute):
     Also answers for a model whose register just failed, so its traceback can be shown.
     """
 
-    @web.authenticated
+    @allow(READ)
     def get(self, name: str, version: str | None = None) -> None:
         limit = optional_int(self.query(), "lines")
         lines = self.registry.logs(name, version, limit)

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tornado import web
-
+from .access import READ, allow
 from .base import ServeRoute
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -21,7 +20,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 class MetricsRoute(ServeRoute):
     """`GET metrics[?name[]=X&name[]=Y]`."""
 
-    @web.authenticated
+    @allow(READ)
     def get(self) -> None:
         if self.get_query_argument("format", "") == "json":  # the dashboard's figures
             self.write_json(self.metrics.snapshot())

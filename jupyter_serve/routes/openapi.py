@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tornado import web
-
 from .._version import __version__
 from ..registry import Model
+from .access import READ, allow
 from .base import ServeRoute
 
 _ERROR = {
@@ -226,7 +225,7 @@ def model_management_api(model: Model) -> dict[str, Any]:
 class ApiDescriptionRoute(ServeRoute):
     """`GET api-description` (and OPTIONS there, as TorchServe)."""
 
-    @web.authenticated
+    @allow(READ)
     def get(self) -> None:
         self.write_json(api_description())
 
@@ -236,7 +235,7 @@ class ApiDescriptionRoute(ServeRoute):
 class RootRoute(ServeRoute):
     """`OPTIONS` on the prefix root: the description; GET is 405, as in TorchServe."""
 
-    @web.authenticated
+    @allow(READ)
     def options_document(self) -> None:
         self.write_json(api_description())
 
