@@ -37,7 +37,8 @@ from .models import BatchPolicy, ServerDefaults
 from .pool import SparePool, WorkerPool
 from .registry import ModelRegistry, RegistryConfig
 from .routes import ROUTES
-from .routes.fastpath import fast_path_applies, fast_rules, fast_targets
+from .routes.admission import fast_path_applies
+from .routes.fastpath import fast_rules, fast_targets
 from .routes.lane import Lane
 from .startup import StartupPlan, start_models
 from .ts_config import apply_env_overrides, from_properties, read_properties
@@ -321,6 +322,7 @@ class ServeApp(ExtensionApp):
             dict(fast_targets(serverapp.web_app.settings)),
             token=lambda: str(provider.token or ""),
             max_body=lambda: int(self.max_request_size),
+            settings=serverapp.web_app.settings,
         )
         self.lane.attach()
         return self.lane

@@ -58,7 +58,7 @@ class ServeRoute(ExtensionHandlerMixin, APIHandler):
         metrics: ServeMetrics = self.settings["serve_metrics"]
         return metrics
 
-    async def options(self, *args: Any, **kwargs: Any) -> None:
+    async def options(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
         """A CORS preflight goes to jupyter_server; a plain OPTIONS gets the route's
         OpenAPI document, as TorchServe answers OPTIONS (`options_document`, authorized
         like every verb, so it is awaited)."""

@@ -32,57 +32,44 @@ from datetime import datetime, timezone
 from http.client import responses
 from typing import Any
 
-from jupyter_server.auth.authorizer import AllowAllAuthorizer
-from jupyter_server.auth.identity import IdentityProvider, PasswordIdentityProvider
 from jupyter_server.utils import url_path_join
 from tornado import httputil, iostream
 from tornado.routing import PathMatches, Rule
 
 from ..errors import ServeError
 from ..protocol import InferenceResult
+from .admission import VERBS, admits, fast_path_applies
 from .inference import (
     check_has_workers,
     request_size_error,
 )
-from .lane import VERBS, token_matches
 from .requests import new_request_id, to_inference_request
 
 LOGGER = logging.getLogger(__name__)
 _PATH = r"/([^/]+)(?:/([^/]+)(?:/(.+))?)?/?$"
 
 
-def fast_path_applies(serverapp: Any) -> bool:
-    """True when jupyter_server's own auth is a plain token compare."""
-    provider = getattr(serverapp, "identity_provider", None)
-    authorizer = getattr(serverapp, "authorizer", None)
-    stock_provider = type(provider) in (IdentityProvider, PasswordIdentityProvider)
-    return bool(
-        stock_provider and type(authorizer) is AllowAllAuthorizer and getattr(provider, "token", "")
-    )
-
-
 class TokenPathMatches(PathMatches):
-    """A path rule matching only requests whose `Authorization: token|Bearer T` header
-    carries the server's token (compared in constant time).
+    """A path rule matching only the requests `admission.admits` (the server's token in
+    an `Authorization` header, a local `Host`, no `Origin`).
 
-    Others (cookies, `?token=`, no credentials, a wrong token) fall through to the
-    full routes, where jupyter_server authenticates or refuses them.
+    Others (cookies, `?token=`, no credentials, a wrong token, a remote `Host`, a
+    browser's request) fall through to the full routes, where jupyter_server
+    authenticates, checks and answers or refuses them.
     """
 
-    def __init__(self, path_pattern: str, identity_provider: Any) -> None:
+    def __init__(self, path_pattern: str, identity_provider: Any, settings: Any) -> None:
         super().__init__(path_pattern)
         self.identity_provider = identity_provider
+        self.settings = settings
 
     def match(self, request: httputil.HTTPServerRequest) -> dict[str, Any] | None:
-        if request.method not in VERBS or "Origin" in request.headers:
-            return None  # browsers' requests keep jupyter_server's origin check and CORS
-        if not self.token_ok(request):
+        if request.method not in VERBS:
+            return None
+        token = str(self.identity_provider.token or "")
+        if not admits(request.headers.get, token, self.settings):
             return None
         return super().match(request)
-
-    def token_ok(self, request: httputil.HTTPServerRequest) -> bool:
-        expected = str(self.identity_provider.token or "")
-        return token_matches(request.headers.get("Authorization", ""), expected)
 
 
 class FastPredictions:
@@ -305,6 +292,9 @@ def fast_rules(base_url: str, prefix: str, serverapp: Any, settings: dict[str, A
         return []
     provider = serverapp.identity_provider
     return [
-        Rule(TokenPathMatches(url_path_join(base_url, prefix, kind) + _PATH, provider), target)
+        Rule(
+            TokenPathMatches(url_path_join(base_url, prefix, kind) + _PATH, provider, settings),
+            target,
+        )
         for kind, target in fast_targets(settings).items()
     ]

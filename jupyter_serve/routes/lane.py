@@ -31,7 +31,6 @@ relies on, leave every connection to tornado.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import os
 import re
 import socket
@@ -41,22 +40,14 @@ from typing import Any
 from tornado import httputil, iostream
 from tornado.escape import url_unescape
 
+from .admission import VERBS, admits
 from .lane_http import LaneRequest, NotForTheLane, find_head_end, parse_head
 
 READ_SIZE = 65536
-VERBS = frozenset({"GET", "POST", "PUT", "DELETE", "PATCH"})
-_AUTH = re.compile(r"(?:token|bearer)\s+(.+)", re.IGNORECASE)
+
 _MODEL_PATH = r"/([^/]+)(?:/([^/]+)(?:/(.+))?)?/?"
 
 Target = Callable[[Any, list[bytes | None]], None]
-
-
-def token_matches(authorization: str, token: str) -> bool:
-    """True when an `Authorization: token|Bearer T` value carries `token` (constant time)."""
-    found = _AUTH.match(authorization)
-    if found is None or not token:
-        return False
-    return hmac.compare_digest(found.group(1).strip().encode(), token.encode())
 
 
 def can_hand_back(stream: iostream.IOStream) -> bool:
@@ -81,7 +72,8 @@ class Lane:
     """
 
     def __init__(self, http_server: Any, path_prefix: str, targets: dict[str, Target],
-                 token: Callable[[], str], max_body: Callable[[], int]) -> None:  # fmt: skip
+                 token: Callable[[], str], max_body: Callable[[], int],
+                 settings: dict[str, Any]) -> None:  # fmt: skip
         self.http_server = http_server
         self.tornado_handle_stream = http_server.handle_stream
         kinds = "|".join(re.escape(kind) for kind in targets)
@@ -89,6 +81,7 @@ class Lane:
         self.targets = targets
         self.token = token
         self.max_body = max_body
+        self.settings = settings
         self.connections: set[LaneProtocol] = set()
         self.setting_up: set[asyncio.Task[Any]] = set()
         params = getattr(http_server, "conn_params", None)
@@ -129,13 +122,11 @@ class Lane:
         """The lean target and path arguments for `request`, or `NotForTheLane`."""
         if request.method not in VERBS or request.content_length > self.max_body():
             raise NotForTheLane("verb or size")
-        if "Origin" in request.headers:
-            raise NotForTheLane("a browser's request: origin checks and CORS are tornado's")
         found = self.path.fullmatch(request.path)
         if found is None:
             raise NotForTheLane("path")
-        if not token_matches(request.headers.get("Authorization", ""), self.token()):
-            raise NotForTheLane("credentials")
+        if not admits(request.headers.get, self.token(), self.settings):
+            raise NotForTheLane("not surely admitted (credentials, Host, Origin)")
         kind, *args = found.groups()
         return self.targets[kind], [_unescape(arg) for arg in args]
 

@@ -1,0 +1,119 @@
+"""The fast paths take a request only when jupyter_server would; else its full route answers.
+
+A token prediction with a remote `Host`, an `Origin` (even an empty one) or a wrong
+token gets, through the serve lane and through the lean rule alike, exactly the
+full route's answer (`?token=`, which no fast path takes).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from route_models import register, server_config
+from tornado.httpclient import HTTPResponse
+
+from jupyter_serve.routes.admission import admits, host_is_local, token_matches
+
+
+@pytest.fixture
+def jp_server_config(tmp_path: Path) -> dict[str, Any]:
+    return server_config(tmp_path)
+
+
+LOCAL = {"local_hostnames": ["localhost", "notebook.internal"]}
+
+
+@pytest.mark.parametrize(
+    ("host", "local"),
+    [
+        ("localhost", True),
+        ("localhost:8888", True),
+        ("127.0.0.1:1", True),
+        ("127.9.9.9", True),
+        ("[::1]:8888", True),
+        ("notebook.internal:80", True),
+        ("evil.example", False),
+        ("evil.example:8888", False),
+        ("10.0.0.1", False),
+        ("[fe80::1%25eth0]", False),
+        ("%2Ftmp%2Fjupyter.sock", False),
+        ("", False),
+        ("localhost.evil.example", False),
+    ],
+)
+def test_host_is_local_as_jupyter_servers_check_host(host: str, local: bool) -> None:
+    assert host_is_local(host, LOCAL) is local
+    assert host_is_local(host, {**LOCAL, "allow_remote_access": True})
+
+
+def test_admits_needs_the_token_a_local_host_and_no_origin() -> None:
+    def headers(**values: str) -> Any:
+        return lambda name: values.get(name)
+
+    ok = {"Authorization": "token s3cret", "Host": "localhost:1"}
+    assert admits(headers(**ok), "s3cret", LOCAL)
+    assert admits(headers(Authorization="token s3cret"), "s3cret", LOCAL)  # tornado's default
+    assert not admits(headers(**ok, Origin=""), "s3cret", LOCAL)
+    assert not admits(headers(**{**ok, "Host": "evil.example"}), "s3cret", LOCAL)
+    assert not admits(headers(**ok), "other", LOCAL)
+    assert not admits(headers(**ok), "", LOCAL)
+
+
+def test_token_matches_both_schemes_in_constant_time_compare() -> None:
+    assert token_matches("token s3cret", "s3cret")
+    assert token_matches("Bearer  s3cret ", "s3cret")
+    assert not token_matches("token other", "s3cret")
+    assert not token_matches("Basic s3cret", "s3cret")
+    assert not token_matches("token ", "")
+
+
+REFUSED = [
+    {"Host": "evil.example"},
+    {"Host": "evil.example:8888"},
+    {"Host": "10.1.2.3"},
+    {"Origin": "https://evil.example"},
+    {"Origin": ""},
+]
+
+
+async def fetch_both(client: Any, url: str, token: str, headers: dict[str, str]) -> list[Any]:
+    """The same request with the token as a header (a fast path) and as ?token= (full)."""
+    answers = []
+    for auth, query in ((f"token {token}", ""), ("", f"?token={token}")):
+        response: HTTPResponse = await client.fetch(
+            url + query, method="POST", body=b"hi", raise_error=False,
+            headers={"Content-Type": "application/octet-stream", "Authorization": auth, **headers},
+        )  # fmt: skip
+        answers.append((response.code, response.body if response.code != 200 else b"ok"))
+    return answers
+
+
+@pytest.mark.parametrize("lane", [True, False], ids=["lane", "lean rule"])
+@pytest.mark.parametrize("headers", REFUSED)
+async def test_fast_paths_answer_as_the_full_route(
+    http_server_client: Any, jp_serverapp: Any, jp_base_url: str, lane: bool,
+    headers: dict[str, str],
+) -> None:  # fmt: skip
+    app = jp_serverapp.web_app.settings["serve_app"]
+    if not lane:
+        app.lane.detach()  # requests then meet the lean routing rule first
+    await register(jp_serverapp, "probe")
+    url = f"{jp_base_url}serve/predictions/probe"
+    token = jp_serverapp.identity_provider.token
+    fast, full = await fetch_both(http_server_client, url, token, headers)
+    assert fast == full
+    if "Host" in headers:
+        assert fast[0] in (403, 404)  # jupyter_server refused it
+
+
+async def test_a_remote_host_is_served_with_allow_remote_access(
+    http_server_client: Any, jp_serverapp: Any, jp_base_url: str
+) -> None:
+    jp_serverapp.web_app.settings["allow_remote_access"] = True
+    await register(jp_serverapp, "probe")
+    token = jp_serverapp.identity_provider.token
+    url = f"{jp_base_url}serve/predictions/probe"
+    fast, full = await fetch_both(http_server_client, url, token, {"Host": "evil.example"})
+    assert fast == full == (200, b"ok")
