@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any
 import pytest
 from route_models import BROWSER_ORIGIN, STREAM, cors_server_config, register, server_config
 
-from jupyter_serve.routes.lane import Lane, LaneProtocol, can_hand_back
+from jupyter_serve.routes.lane import Lane, LaneProtocol, PrefixedIOStream
 from jupyter_serve.routes.lane_http import LaneRequest, NotForTheLane
 
 
@@ -315,11 +316,18 @@ async def test_the_handover_waits_until_earlier_answers_have_left() -> None:
     assert protocol not in lane.connections
 
 
-def test_a_stream_without_a_read_buffer_is_left_to_tornado() -> None:
-    class OtherStream:
-        pass
-
-    assert not can_hand_back(OtherStream())  # type: ignore[arg-type]
+async def test_the_handed_over_stream_reads_the_unread_bytes_then_its_socket() -> None:
+    mine, theirs = socket.socketpair()
+    mine.setblocking(False)
+    stream = PrefixedIOStream(mine, b"GET / HTTP/1.1\r\n")
+    try:
+        theirs.sendall(b"Host: h\r\n\r\nrest")
+        head = await stream.read_until(b"\r\n\r\n")
+        assert head == b"GET / HTTP/1.1\r\nHost: h\r\n\r\n"
+        assert await stream.read_bytes(4) == b"rest"
+    finally:
+        stream.close()
+        theirs.close()
 
 
 class TestSwitchedOff:

@@ -7,11 +7,21 @@ import pytest
 from jupyter_serve.routes.lane_http import (
     MAX_HEAD_BYTES,
     LaneHeaders,
+    LaneRequest,
     NotForTheLane,
-    find_head_end,
+    RequestReader,
     header_case,
-    parse_head,
 )
+
+
+def parse_head(head: bytes) -> LaneRequest:
+    """The request of `head` (without its blank line) read by a fresh reader."""
+    return RequestReader().read_head(head + b"\r\n\r\n")
+
+
+def find_head_end(buffer: bytearray) -> int | None:
+    return RequestReader.head_end(buffer)
+
 
 HEAD = b"POST /serve/predictions/m?x=1 HTTP/1.1\r\nHost: 127.0.0.1:8888\r\n"
 
@@ -57,8 +67,11 @@ def test_header_case_is_tornados() -> None:
         b"POST /serve/predictions/m HTTP/1.0\r\nHost: h",
         b"POST http://h/serve/predictions/m HTTP/1.1\r\nHost: h",
         b"post /serve/predictions/m HTTP/1.1\r\nHost: h",
-        b"POST /serve/predictions/m HTTP/1.1",  # no Host
-        b"POST /serve/predictions/m HTTP/1.1\r\nHost: a b",
+        HEAD + b"Content-Length: " + b"9" * 3000,
+        HEAD + b"Content-Length: 1\r\nContent-Length: 2",
+        HEAD + b"Content-Length: 1\r\nTransfer-Encoding: chunked",
+        HEAD + b"X: caf\xc3\xa9\r\nX\xc3\xa9: 1",
+        b"GET /serve/predictions/m HTTP/1.1\nHost: h",
     ],
 )
 def test_heads_the_lane_leaves_to_tornado(head: bytes) -> None:
@@ -68,20 +81,37 @@ def test_heads_the_lane_leaves_to_tornado(head: bytes) -> None:
 
 def test_the_head_ends_at_the_first_blank_line() -> None:
     assert find_head_end(bytearray(b"GET / HTTP/1.1\r\nHost: h\r\n")) is None
-    assert find_head_end(bytearray(b"GET / HTTP/1.1\r\nHost: h\r\n\r\nbody\n\n")) == (23, 27)
+    assert find_head_end(bytearray(b"GET / HTTP/1.1\r\nHost: h\r\n\r\nbody\n\n")) == 27
 
 
 @pytest.mark.parametrize(
-    "data",
-    [
-        b"GET / HTTP/1.1\nHost: h\n\n",
-        b"GET / HTTP/1.1\r\nHost: h\n\r\n",
-        b"x" * (MAX_HEAD_BYTES + 1),
-    ],
+    "head",
+    [b"GET / HTTP/1.1\nHost: h\n\n\r\n\r\n", b"GET / HTTP/1.1\r\nHost: h\n\r\n\r\n"],
 )
-def test_bare_line_feeds_or_a_huge_head_go_to_tornado(data: bytes) -> None:
+def test_bare_line_feeds_go_to_tornado(head: bytes) -> None:
     with pytest.raises(NotForTheLane):
-        find_head_end(bytearray(data))
+        RequestReader().read_head(head)
+
+
+def test_a_huge_head_goes_to_tornado() -> None:
+    with pytest.raises(NotForTheLane):
+        find_head_end(bytearray(b"x" * (MAX_HEAD_BYTES + 1)))
+
+
+def test_a_reader_takes_pipelined_requests_one_at_a_time() -> None:
+    reader = RequestReader()
+    first = reader.read_head(HEAD + b"Content-Length: 3\r\n\r\n")
+    assert first.content_length == 3
+    reader.read_body(memoryview(b"abc"))
+    second = reader.read_head(b"GET /serve/predictions/n HTTP/1.1\r\nHost: h\r\n\r\n")
+    assert (second.method, second.path, second.content_length) == ("GET", "/serve/predictions/n", 0)
+
+
+def test_a_body_llhttp_frames_otherwise_goes_to_tornado() -> None:
+    reader = RequestReader()
+    reader.read_head(HEAD + b"Content-Length: 3\r\n\r\n")
+    with pytest.raises(NotForTheLane):
+        reader.read_body(memoryview(b"ab"))
 
 
 def test_form_bodies_are_parsed_with_tornados_parser() -> None:

@@ -1,31 +1,31 @@
 """The serve lane: token-authenticated predictions answered at the connection.
 
 Profiling the lean path (`fastpath.py`) showed most of the Jupyter server's CPU per
-prediction in tornado's HTTP/1.1 layer itself: `HTTP1Connection`'s coroutines,
-its strict header parsing, `HTTPServerRequest`, the router's delegates. Bare
-tornado answers an echo at about 9k req/s on this machine; an asyncio protocol on
-the same socket at 33k.
-
-So `Lane` takes over the Jupyter server's `HTTPServer.handle_stream`: each new
-plain-TCP connection is read first by a `LaneProtocol` (an asyncio protocol on the
-accepted socket: its reader stays registered, one callback per arrival, no
-per-read futures). A request the lane can read exactly as tornado would
-(`lane_http.py`) whose path is `{base_url}serve/predictions/...` or
-`explanations/...` and whose `Authorization: token|Bearer T` header carries the
-server's token (the same constant-time check as the lean rule) is answered by the
-lean path's exchange, with the same bytes as through tornado. Keep-alive
-connections go on in the lane.
+prediction in tornado's HTTP/1.1 layer itself (its coroutines, header parsing,
+`HTTPServerRequest`, the router's delegates). So `Lane` takes over the Jupyter
+server's `HTTPServer.handle_stream` (tornado's documented hook for a new
+connection): each new plain-TCP connection is read first by a `LaneProtocol`, an
+asyncio protocol on the accepted socket, whose requests are parsed by llhttp
+(`lane_http.RequestReader`). A request whose path is `{base_url}serve/predictions/...`
+or `explanations/...` and which `admission.admits` (the server's token, a local
+`Host`, no `Origin`) is answered by the lean path's exchange, with the same bytes
+as through tornado. Keep-alive connections go on in the lane.
 
 The first request that is anything else (another route, a cookie, `?token=`, a
-wrong token, a chunked body, a malformed head...) hands the connection to
-tornado for good, once every answer already written has left: the socket is
-duplicated into a fresh `IOStream`, the bytes the lane read and did not use are
-put back into that stream's read buffer, and tornado's own `handle_stream` serves
-it from there, as if the lane had never been. Requests are taken one at a time per
-connection, as tornado does (pipelined ones wait in the buffer). TLS connections,
-`ServeApp.fast_predictions=False`, a server whose auth is not jupyter_server's stock
-token check, or a tornado whose `IOStream` lacks the read buffer the handover
-relies on, leave every connection to tornado.
+wrong token, a chunked body, a head llhttp rejects or reads differently...) hands
+the connection to tornado for good, once every answer already written has left:
+the socket is duplicated into a `PrefixedIOStream` that yields the bytes the lane
+read and did not use before reading the socket again (through `read_from_fd`,
+tornado's documented override point), and tornado's own `handle_stream` serves it
+from there, as if the lane had never been. Requests pipelined behind it are
+answered by tornado in order; nothing is lost and nothing is logged.
+
+Flow control, both ways: requests are taken one at a time (pipelined ones wait in
+the buffer, and reading pauses once more than `READ_SIZE` bytes wait); while the
+transport's write buffer is above its high-water mark (asyncio's `pause_writing`)
+the lane reads nothing and starts no request, so a client that sends and never
+reads costs at most a buffer of each, as tornado's TCP back-pressure does. TLS
+connections and servers where `admission.fast_path_applies` is false stay tornado's.
 """
 
 from __future__ import annotations
@@ -41,26 +41,28 @@ from tornado import httputil, iostream
 from tornado.escape import url_unescape
 
 from .admission import VERBS, admits
-from .lane_http import LaneRequest, NotForTheLane, find_head_end, parse_head
+from .lane_http import LaneRequest, NotForTheLane, RequestReader
 
 READ_SIZE = 65536
-
 _MODEL_PATH = r"/([^/]+)(?:/([^/]+)(?:/(.+))?)?/?"
 
 Target = Callable[[Any, list[bytes | None]], None]
 
 
-def can_hand_back(stream: iostream.IOStream) -> bool:
-    """Whether unread bytes can be put back into this stream for tornado to read."""
-    buffer = getattr(stream, "_read_buffer", None)
-    return isinstance(buffer, bytearray) and isinstance(getattr(stream, "_read_buffer_size", None),
-                                                        int)  # fmt: skip
+class PrefixedIOStream(iostream.IOStream):
+    """An `IOStream` that reads `prefix` before its socket (the lane's unread bytes)."""
 
+    def __init__(self, sock: socket.socket, prefix: bytes, **kwargs: Any) -> None:
+        super().__init__(sock, **kwargs)
+        self.prefix = memoryview(prefix)
 
-def unread(stream: iostream.IOStream, data: bytes | bytearray) -> None:
-    """Put `data` back in front of what the stream has buffered but not yet delivered."""
-    stream._read_buffer[0:0] = data
-    stream._read_buffer_size += len(data)
+    def read_from_fd(self, buf: bytearray | memoryview) -> int | None:
+        if not self.prefix:
+            return super().read_from_fd(buf)
+        size = min(len(buf), len(self.prefix))
+        buf[:size] = self.prefix[:size]
+        self.prefix = self.prefix[size:]
+        return size
 
 
 class Lane:
@@ -68,7 +70,8 @@ class Lane:
 
     `targets` maps `predictions` and `explanations` to the lean path's callables
     (called with the request and the unescaped path arguments); `token` gives the
-    server's current token; `max_body` is the largest body the lane reads itself.
+    server's current token; `max_body` is the largest body the lane reads itself;
+    `settings` are the web app's (for the host check).
     """
 
     def __init__(self, http_server: Any, path_prefix: str, targets: dict[str, Target],
@@ -98,8 +101,8 @@ class Lane:
             connection.abort()
 
     def handle_stream(self, stream: iostream.IOStream, address: Any) -> None:
-        """A new connection: the lane's, unless it is TLS or cannot be handed back."""
-        if isinstance(stream, iostream.SSLIOStream) or not can_hand_back(stream):
+        """A new connection: the lane's, unless it is TLS."""
+        if isinstance(stream, iostream.SSLIOStream):
             self.tornado_handle_stream(stream, address)
             return
         loop = asyncio.get_running_loop()
@@ -112,10 +115,9 @@ class Lane:
     def hand_over(self, sock: socket.socket, address: Any, unread_bytes: bytes) -> None:
         """Serve the rest of this connection with tornado, starting with `unread_bytes`."""
         server = self.http_server
-        stream = iostream.IOStream(socket.socket(fileno=os.dup(sock.fileno())),
-                                   max_buffer_size=server.max_buffer_size,
-                                   read_chunk_size=server.read_chunk_size)  # fmt: skip
-        unread(stream, unread_bytes)
+        stream = PrefixedIOStream(socket.socket(fileno=os.dup(sock.fileno())), unread_bytes,
+                                  max_buffer_size=server.max_buffer_size,
+                                  read_chunk_size=server.read_chunk_size)  # fmt: skip
         self.tornado_handle_stream(stream, address)
 
     def route(self, request: LaneRequest) -> tuple[Target, list[bytes | None]]:
@@ -131,6 +133,9 @@ class Lane:
         return self.targets[kind], [_unescape(arg) for arg in args]
 
 
+Head = tuple[LaneRequest, int, Target, list[bytes | None]]
+
+
 class LaneProtocol(asyncio.Protocol):
     """One client connection while the lane has it, and the `HTTPConnection` the lean
     exchange writes its answer to (`write_headers`, `write`, `finish`, `close`)."""
@@ -140,12 +145,14 @@ class LaneProtocol(asyncio.Protocol):
         self.sock = sock
         self.address = address
         self.transport: asyncio.Transport | None = None
+        self.reader = RequestReader()
         self.buffer = bytearray()
-        self.head: tuple[LaneRequest, int, Target, list[bytes | None]] | None = None
+        self.head: Head | None = None  # a request whose body is still arriving
         self.request: LaneRequest | None = None  # the request being answered
         self.on_close: Callable[[], None] | None = None
         self.chunked = False
         self.reading = True
+        self.writing = True  # False while the transport's write buffer is over its mark
         self.handing_over = False
         self.loop = asyncio.get_running_loop()
         self.waiting_since: float | None = self.loop.time()  # for a head; None: busy
@@ -161,7 +168,7 @@ class LaneProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
-        if self.request is None and not self.handing_over:
+        if self._idle():
             self._next()
         elif self.reading and len(self.buffer) > READ_SIZE:  # pipelined requests wait
             self._pause_reading()
@@ -174,10 +181,17 @@ class LaneProtocol(asyncio.Protocol):
         if on_close is not None:
             on_close()
 
+    def pause_writing(self) -> None:
+        """The client does not read: stop reading and taking requests until it does."""
+        self.writing = False
+        self._pause_reading()
+
     def resume_writing(self) -> None:
-        """The transport's write buffer drained (watched only while handing over)."""
+        self.writing = True
         if self.handing_over:
             self._hand_over_now()
+        elif self._idle():
+            self._next()
 
     def _check_idle(self) -> None:
         """Close a connection that has waited `header_timeout` for a complete head, as
@@ -194,49 +208,54 @@ class LaneProtocol(asyncio.Protocol):
 
     # ---- reading requests ----
 
+    def _idle(self) -> bool:
+        return self.request is None and not self.handing_over and self.writing
+
     def _next(self) -> None:
         """Start the next buffered request, wait for more bytes, or hand over."""
         try:
             head = self.head or self._read_head()
+            if head is None:
+                self._resume_reading()
+                return
+            request, body_start, target, args = head
+            self.waiting_since = None  # a whole head came: the body may take its time
+            end = body_start + request.content_length
+            if len(self.buffer) < end:
+                self.head = head  # the body is still arriving
+                self._resume_reading()
+                return
+            with memoryview(self.buffer) as view, view[body_start:end] as body:
+                if request.content_length:
+                    self.reader.read_body(body)
+                request.body = bytes(body)
         except NotForTheLane:
             self._hand_over()
             return
-        if head is None:
-            self._resume_reading()
-            return
-        request, body_start, target, args = head
-        self.waiting_since = None  # a whole head came: the body may take its time
-        end = body_start + request.content_length
-        if len(self.buffer) < end:
-            self.head = head  # the body is still arriving
-            self._resume_reading()
-            return
         self.head = None
-        with memoryview(self.buffer) as view:
-            request.body = bytes(view[body_start:end])
         del self.buffer[:end]
         self.request, self.chunked, self.on_close = request, False, None
         request.connection = self
         target(request, args)
 
-    def _read_head(self) -> tuple[LaneRequest, int, Target, list[bytes | None]] | None:
+    def _read_head(self) -> Head | None:
         buffer = self.buffer
         while buffer.startswith(b"\r\n"):  # tornado skips blank lines before a request
             del buffer[:2]
-        found = find_head_end(buffer)
-        if found is None:
+        end = self.reader.head_end(buffer)
+        if end is None:
             return None
-        end, body_start = found
-        request = parse_head(bytes(buffer[:end]))
-        return (request, body_start, *self.lane.route(request))
+        request = self.reader.read_head(bytes(buffer[:end]))
+        return (request, end, *self.lane.route(request))
 
     def _pause_reading(self) -> None:
-        assert self.transport is not None
-        self.reading = False
-        self.transport.pause_reading()
+        if self.reading and self.transport is not None and not self.transport.is_closing():
+            self.reading = False
+            self.transport.pause_reading()
 
     def _resume_reading(self) -> None:
-        if not self.reading and self.transport is not None and not self.transport.is_closing():
+        if self.writing and not self.reading and self.transport is not None \
+                and not self.transport.is_closing():  # fmt: skip
             self.reading = True
             self.transport.resume_reading()
 
@@ -248,6 +267,7 @@ class LaneProtocol(asyncio.Protocol):
         self.handing_over = True
         self._pause_reading()
         if self.transport.get_write_buffer_size():
+            self.writing = False
             self.transport.set_write_buffer_limits(high=0, low=0)  # resume_writing when empty
             return
         self._hand_over_now()
@@ -303,7 +323,7 @@ class LaneProtocol(asyncio.Protocol):
         if request is not None and request.close_after:
             self.transport.close()  # after the answer has left
         elif self.buffer:
-            asyncio.get_running_loop().call_soon(self._next_if_idle)
+            self.loop.call_soon(self._next_if_idle)
         else:
             self._resume_reading()
 
@@ -316,7 +336,7 @@ class LaneProtocol(asyncio.Protocol):
             self.transport.abort()
 
     def _next_if_idle(self) -> None:
-        if self.request is None and not self.handing_over:
+        if self._idle():
             self._next()
 
     def _framed(self, chunk: bytes) -> bytes:
@@ -333,5 +353,13 @@ class LaneProtocol(asyncio.Protocol):
 
 
 def _unescape(arg: str | None) -> bytes | None:
-    """A path argument as tornado's `PathMatches` gives it (percent-decoded bytes)."""
-    return None if arg is None else url_unescape(arg, encoding=None, plus=False)
+    """A path argument as tornado's `PathMatches` gives it (percent-decoded bytes);
+    `NotForTheLane` when it is not UTF-8, which tornado's route answers with a 400."""
+    if arg is None:
+        return None
+    value = url_unescape(arg, encoding=None, plus=False)
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError:
+        raise NotForTheLane("a path argument that is not UTF-8") from None
+    return value
