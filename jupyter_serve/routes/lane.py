@@ -170,8 +170,8 @@ class LaneProtocol(asyncio.Protocol):
         self.buffer += data
         if self._idle():
             self._next()
-        elif self.reading and len(self.buffer) > READ_SIZE:  # pipelined requests wait
-            self._pause_reading()
+        if self.request is not None and len(self.buffer) > READ_SIZE:
+            self._pause_reading()  # pipelined requests wait; so does their reading
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lane.connections.discard(self)
