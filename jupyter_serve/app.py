@@ -228,14 +228,18 @@ class ServeApp(ExtensionApp):
             web_app.default_router.rules[0:0] = rules
 
     def initialize_settings(self) -> None:
+        from .keys import KeyStore  # the inference keys' store (keys.py): `serve_keys`
+
         self.apply_ts_config()
         self.startup_task: asyncio.Task[list[tuple[str, str]]] | None = None
         self.metrics = ServeMetrics()
         self.spares = SparePool(self.spare_workers)
         self.registry = ModelRegistry(self.registry_config())
+        self.keys = KeyStore(self.workdir)
         self.settings.update(
-            {"serve_registry": self.registry, "serve_metrics": self.metrics, "serve_app": self}
-        )
+            {"serve_registry": self.registry, "serve_metrics": self.metrics, "serve_app": self,
+             "serve_keys": self.keys}
+        )  # fmt: skip
         self._worker_log_handlers = show_worker_output(self.log)
 
     def server_defaults(self) -> ServerDefaults:

@@ -58,11 +58,13 @@ EXECUTE_ROUTES = {
     "V2InferRoute",
 }
 WRITES = {("ModelsRoute", "POST"), ("ModelRoute", "PUT"), ("ModelRoute", "DELETE"),
-          ("SetDefaultRoute", "PUT")}  # fmt: skip
+          ("SetDefaultRoute", "PUT"),
+          ("KeysRoute", "GET"), ("KeysRoute", "POST"), ("KeyRoute", "DELETE")}  # fmt: skip
 
 
 def expected_action(route: type[Any], verb: str) -> str:
-    """The README's table: run a model is execute, change what is served is write."""
+    """The README's table: run a model is execute, change what is served (or the inference
+    keys) is write."""
     if (route.__name__, verb) in WRITES:
         return "write"
     if route.__name__ in EXECUTE_ROUTES and verb != "OPTIONS":

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ResourceNotFound
-from . import aliases, inference, kserve, management, metrics, openapi
+from . import aliases, inference, keys, kserve, management, metrics, openapi
 from .access import READ, allow
 from .base import NOT_FOUND_MESSAGE, ServeRoute
 
@@ -34,5 +34,6 @@ ROUTES: list[tuple[str, type[Any]]] = [
     *kserve.ROUTES,
     *openapi.ROUTES,
     *aliases.LEGACY_ROUTES,
+    *keys.ROUTES,  # after the legacy routes: `keys/predict` stays a model named "keys"
     (r".*", NotFoundRoute),
 ]

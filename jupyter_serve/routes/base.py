@@ -9,26 +9,97 @@ errors (a wrong verb, a malformed request) are mapped the same way.
 Every response, errors included, carries TorchServe's `x-request-id` header:
 `set_default_headers` runs again whenever tornado clears the response for an
 error, so the id survives `send_error`.
+
+Inference keys (`jupyter_serve.keys`, the store in `settings["serve_keys"]`): a
+route's `identity_provider` and `authorizer` are the server's own, wrapped. A request
+whose `Authorization: Bearer K` (or `token K`) header carries a valid key is a
+`KeyUser`, header-authenticated as with the token (no XSRF, no origin check, no
+login cookie); our authorizer lets a `KeyUser` do only `execute` on `serve` for a
+model in its scope (`ServeRoute.requested_model`), and refuses it everything else.
+Every other request (a wrong or revoked key included: it is then just a wrong
+token) goes to the server's identity provider and authorizer unchanged. Other
+Jupyter routes (kernels, contents, terminals) never see the wrappers, so a key is
+a wrong token there.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
+from jupyter_server.auth.identity import User
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import web
 
 from ..errors import MethodNotAllowed, ResourceNotFound, ServeError
+from ..keys import KeyInfo, KeyStore, bearer_key
 from ..metrics import ServeMetrics
 from ..registry import ModelRegistry
+from .access import EXECUTE, RESOURCE
 from .requests import new_request_id
 
 NOT_FOUND_MESSAGE = "Requested resource is not found, please refer to API document."
 _NOT_ALLOWED = "Requested method is not allowed, please refer to API document."
+
+
+@dataclass
+class KeyUser(User):
+    """A request authenticated with an inference key: it may only run models."""
+
+    key: KeyInfo | None = None
+
+    def may_run(self, model: str | None) -> bool:
+        return self.key is not None and self.key.may_run(model)
+
+
+def _is_key_user(handler: Any) -> bool:
+    return isinstance(handler.current_user, KeyUser)
+
+
+class KeyIdentity:
+    """The server's identity provider, which also knows inference keys in the header."""
+
+    def __init__(self, provider: Any, keys: KeyStore) -> None:
+        self.provider = provider
+        self.keys = keys
+
+    def get_user(self, handler: Any) -> Any:
+        """A `KeyUser` for a valid key; anything else is the server's decision."""
+        key = bearer_key(handler.request.headers.get("Authorization", ""))
+        info = self.keys.lookup(key) if key is not None else None
+        if info is None:
+            return self.provider.get_user(handler)
+        return KeyUser(f"key-{info.key_id}", name=info.name or f"key {info.key_id}", key=info)
+
+    def is_token_authenticated(self, handler: Any) -> bool:
+        """A key came in a header, as a token does: no XSRF check is needed."""
+        return _is_key_user(handler) or bool(self.provider.is_token_authenticated(handler))
+
+    def should_check_origin(self, handler: Any) -> bool:
+        return not _is_key_user(handler) and bool(self.provider.should_check_origin(handler))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.provider, name)
+
+
+class KeyAuthorizer:
+    """The server's authorizer, except for a `KeyUser`: `execute` on `serve` in its scope."""
+
+    def __init__(self, authorizer: Any) -> None:
+        self.authorizer = authorizer
+
+    def is_authorized(self, handler: Any, user: Any, action: str, resource: str) -> Any:
+        if isinstance(user, KeyUser):
+            allowed = action == EXECUTE and resource == RESOURCE
+            return allowed and user.may_run(handler.requested_model())
+        return self.authorizer.is_authorized(handler, user, action, resource)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.authorizer, name)
 
 
 class ServeRoute(ExtensionHandlerMixin, APIHandler):
@@ -47,6 +118,27 @@ class ServeRoute(ExtensionHandlerMixin, APIHandler):
     def set_default_headers(self) -> None:
         super().set_default_headers()
         self.set_header("x-request-id", self.request_id)
+
+    @property
+    def identity_provider(self) -> Any:
+        """The server's identity provider, knowing inference keys too (module docstring)."""
+        provider = super().identity_provider
+        keys: KeyStore | None = self.settings.get("serve_keys")
+        return provider if keys is None else KeyIdentity(provider, keys)
+
+    @property
+    def authorizer(self) -> Any:
+        """The server's authorizer; ours for a request authenticated with a key."""
+        return KeyAuthorizer(super().authorizer)
+
+    def requested_model(self) -> str | None:
+        """The model this request runs, for a key's scope: the first path argument
+        (`predictions/{m}`, `v2/models/{m}/infer`, `models/{m}/invoke`, `{m}/predict`),
+        else the `model_name` query argument (`invocations`)."""
+        if self.path_args and self.path_args[0]:
+            return str(self.path_args[0])
+        name = self.get_query_argument("model_name", "")
+        return name or None
 
     @property
     def registry(self) -> ModelRegistry:

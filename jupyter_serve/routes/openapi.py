@@ -61,6 +61,9 @@ _PARAMS: dict[str, tuple[str, str, str]] = {
     "format": ("query", "string", "`json`: the dashboard's figures instead of Prometheus text."),
     "lines": ("query", "integer", "How many of the newest output lines to return."),
     "model_name@query": ("query", "string", "Name of model (else the one startup model)."),
+    "name": ("query", "string", "A label for the new inference key."),
+    "models": ("query", "string", "Models the key may run, comma-separated (default: all)."),
+    "key_id": ("path", "string", "Id of an inference key."),
 }
 """Keys are parameter names; `name@where` tells two parameters of one name apart."""
 
@@ -92,6 +95,7 @@ _PREDICT_OK = {"description": "Output data format is defined by each model.", "c
 _REGISTER: tuple[str, ...] = ("url", "model_name", "handler", "runtime", "batch_size")
 _REGISTER += ("max_batch_delay", "initial_workers", "synchronous", "response_timeout")
 _REGISTER += ("startup_timeout",)
+_KEY = ("name", "models")
 _SCALE = ("min_worker", "max_worker", "number_gpu", "synchronous", "timeout")
 
 
@@ -181,6 +185,11 @@ def _paths() -> dict[str, dict[str, Any]]:
         "/models/{model_name}/{model_version}/set-default": {
             "put": _op("setDefault", "Make a version the default.", _MV)
         },
+        "/keys": {
+            "get": _op("listKeys", "List the inference keys (never their secrets)."),
+            "post": _op("createKey", "Mint a key (its secret is shown once).", _KEY),
+        },
+        "/keys/{key_id}": {"delete": _op("revokeKey", "Revoke an inference key.", ("key_id",))},
     }
 
 

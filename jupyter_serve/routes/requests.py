@@ -9,6 +9,10 @@ TorchServe's frontend (`InferenceRequestHandler.parseRequest`):
   content type;
 * every HTTP header is forwarded to the handler; the frontend adds `explain`
   ("True"/"False") and, for extra path segments after the version, `url_path`.
+
+Except Jupyter's own credentials: `Authorization` (the token or an inference key),
+`Cookie` (the login cookie) and `X-XSRFToken` never reach handler code
+(`handler_headers`), which must not be able to act as the user who called it.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from tornado.httputil import HTTPServerRequest
 from ..protocol import InferenceRequest, Parameter
 
 FORM_TYPES = ("multipart/form-data", "application/x-www-form-urlencoded")
+CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "x-xsrftoken"})
 
 
 def new_request_id() -> str:
@@ -35,11 +40,20 @@ def to_inference_request(
     url_path: str | None = None,
 ) -> InferenceRequest:
     """The `InferenceRequest` the worker's handler sees for this HTTP request."""
-    headers = dict(request.headers.get_all())
+    headers = handler_headers(request)
     headers["explain"] = "True" if explain else "False"
     if url_path:
         headers["url_path"] = url_path
     return InferenceRequest(request_id, headers, tuple(_parameters(request)))
+
+
+def handler_headers(request: HTTPServerRequest) -> dict[str, str]:
+    """The request's headers a handler may see: all but Jupyter's credentials."""
+    return {
+        name: value
+        for name, value in request.headers.get_all()
+        if name.lower() not in CREDENTIAL_HEADERS
+    }
 
 
 def _parameters(request: HTTPServerRequest) -> list[Parameter]:
