@@ -7,6 +7,11 @@ Jupyter server (`--port`, `--IdentityProvider.token=...`, `--no-browser`,
     jupyter serve --model-store DIR --models name=x.mar [...] | all
                   --ts-config config.properties --ncs/--no-config-snapshots --demo
 
+`jupyter serve keys list|create [--name N] [--models a,b]|revoke ID [--url U --token T]`
+manages the inference keys of a running server instead (found as the magics find
+one: `JUPYTER_SERVE_URL`/`JUPYTER_SERVE_TOKEN`, else the one running server's
+runtime file); `create` prints the key alone on stdout, the only time it is shown.
+
 `--demo` builds the demo model (`jupyter_serve.demo`) into the model store and
 loads it as "demo". As root, `--allow-root` is added (Jupyter refuses root
 otherwise). SIGINT and SIGTERM stop the server at once, without Jupyter's
@@ -27,9 +32,10 @@ from typing import Any
 from jupyter_server.serverapp import ServerApp
 
 from .app import ServeApp
+from .client import ServeClient, ServeClientError, ServerNotFound, discover, key_table
 from .demo import DEMO_MODEL, build_demo
 
-__all__ = ["main", "parser", "server_argv"]
+__all__ = ["keys_main", "keys_parser", "main", "parser", "server_argv"]
 
 
 def parser() -> argparse.ArgumentParser:
@@ -38,6 +44,7 @@ def parser() -> argparse.ArgumentParser:
         prog="jupyter serve",
         description="Start a Jupyter server serving PyTorch models under {base_url}serve/. "
         "Other arguments go to the Jupyter server (--port, --IdentityProvider.token=...).",
+        epilog="`jupyter serve keys --help`: inference keys of a running server.",
     )
     parse.add_argument("--model-store", help="Folder of model archives (.mar).")
     parse.add_argument(
@@ -74,8 +81,56 @@ def server_argv(args: argparse.Namespace, rest: Sequence[str]) -> list[str]:
     return [*argv, *rest]
 
 
+def keys_parser() -> argparse.ArgumentParser:
+    """`jupyter serve keys ...`: list, create or revoke a running server's inference keys."""
+    server = argparse.ArgumentParser(add_help=False)
+    server.add_argument("--url", help="The Jupyter server (default: found as the magics do).")
+    server.add_argument("--token", help="Its token (default: $JUPYTER_SERVE_TOKEN or its file).")
+    parse = argparse.ArgumentParser(
+        prog="jupyter serve keys",
+        description="Inference keys: they may run models (all, or the ones named), never "
+        "open kernels, files or terminals.",
+    )
+    sub = parse.add_subparsers(dest="action", required=True)
+    sub.add_parser("list", parents=[server], help="List the keys (never their secrets).")
+    create = sub.add_parser("create", parents=[server], help="Mint a key; prints it once.")
+    create.add_argument("--name", default="", help="A label for the key.")
+    create.add_argument("--models", default="", help="Models it may run, a,b (default: all).")
+    revoke = sub.add_parser("revoke", parents=[server], help="Revoke a key at once.")
+    revoke.add_argument("key_id", metavar="ID")
+    return parse
+
+
+def keys_main(argv: Sequence[str]) -> int:
+    """Run one `jupyter serve keys` command; returns the exit code."""
+    args = keys_parser().parse_args(argv)
+    try:
+        client = ServeClient(discover(args.url, args.token, any_server=True), timeout=30)
+        _key_command(client, args)
+    except (ServerNotFound, ServeClientError, OSError) as error:
+        print(f"jupyter serve keys: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _key_command(client: ServeClient, args: argparse.Namespace) -> None:
+    if args.action == "list":
+        print(key_table(client.list_keys()))
+    elif args.action == "create":
+        models = [name for name in args.models.split(",") if name.strip()] or None
+        minted = client.create_key(args.name, models)
+        scope = ", ".join(minted["models"] or ["every model"])
+        print(f"Key {minted['id']} may run: {scope}. It is shown only now:", file=sys.stderr)
+        print(minted["key"])
+    else:
+        print(client.revoke_key(args.key_id)["status"])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the server until SIGINT/SIGTERM; returns the exit code."""
+    """Run the server until SIGINT/SIGTERM (or a `keys` command); returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["keys"]:
+        return keys_main(argv[1:])
     args, rest = parser().parse_known_args(argv)
     server = ServerApp.instance(jpserver_extensions={"jupyter_serve": True})
     server.classes = [*server.classes, ServeApp]  # `--help-all` lists ServeApp's traits

@@ -8,7 +8,9 @@ and talk to it over HTTP with the server's token. Discovery order:
 3. the runtime file of the server that started this kernel:
    ``jpserver-$JPY_PARENT_PID.json`` in Jupyter's runtime directory;
 4. a scan of every ``jpserver-*.json``, keeping the server whose ``/api/kernels``
-   lists this kernel's id.
+   lists this kernel's id;
+5. outside a kernel (`jupyter serve keys`, ``any_server=True``): the one running
+   server whose runtime file is there (several: say which with ``--url``).
 
 The runtime files are read directly: importing `jupyter_server.serverapp` in a
 kernel costs seconds (tech-notes.md). Standard library only (urllib).
@@ -82,6 +84,7 @@ def discover(
     env: Mapping[str, str] | None = None,
     runtime: Path | None = None,
     kernel_id: str | None = None,
+    any_server: bool = False,
 ) -> ServerInfo:
     """The Jupyter server this kernel should talk to (see the module docstring)."""
     environ = os.environ if env is None else env
@@ -99,6 +102,8 @@ def discover(
         for candidate in _runtime_files(folder):
             if kernel_id in _kernel_ids(candidate):
                 return candidate
+    if any_server:
+        return _only_running_server(folder)
     raise ServerNotFound(
         "No Jupyter server found: set JUPYTER_SERVE_URL and JUPYTER_SERVE_TOKEN, "
         "or use `%serve connect URL --token TOKEN`."
@@ -110,6 +115,37 @@ def _runtime_files(folder: Path) -> Iterable[ServerInfo]:
         info = _read_runtime_file(path)
         if info is not None:
             yield info
+
+
+def _only_running_server(folder: Path) -> ServerInfo:
+    """The one server whose runtime file names a live process (a shell has no kernel)."""
+    running = []
+    for path in sorted(folder.glob("jpserver-*.json")):
+        info = _read_runtime_file(path)
+        if info is not None and _alive(path.stem.removeprefix("jpserver-")):
+            running.append(info)
+    if len(running) == 1:
+        return running[0]
+    if not running:
+        raise ServerNotFound(
+            "No running Jupyter server found: pass --url and --token, or set "
+            "JUPYTER_SERVE_URL and JUPYTER_SERVE_TOKEN."
+        )
+    urls = ", ".join(info.url for info in running)
+    raise ServerNotFound(f"Several Jupyter servers are running ({urls}): pick one with --url.")
+
+
+def _alive(pid: str) -> bool:
+    """True unless the process of a runtime file (`jpserver-<pid>.json`) is gone."""
+    if not pid.isdigit() or os.name != "posix":
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
 
 
 def _kernel_ids(server: ServerInfo) -> set[str]:
@@ -221,9 +257,46 @@ class ServeClient:
         route = "explanations" if explain else "predictions"
         return self.request("POST", _model_path(name, version, route), body=data, content_type=kind)
 
+    # ---- inference keys (jupyter_serve's own routes) -------------------------
+
+    def list_keys(self) -> list[dict[str, Any]]:
+        """Every inference key: id, name, models (None: all), created; never a secret."""
+        keys: list[dict[str, Any]] = self.request_json("GET", "keys")["keys"]
+        return keys
+
+    def create_key(self, name: str = "", models: Iterable[str] | None = None) -> dict[str, Any]:
+        """Mint a key that may only run `models` (None: every model).
+
+        Returns:
+            The key's fields and, under "key", the secret: the only time it is shown.
+        """
+        fields = {"name": name, "models": list(models) if models is not None else None}
+        data, kind = _encode_body(fields, None)
+        minted: dict[str, Any] = self.request_json("POST", "keys", body=data, content_type=kind)
+        return minted
+
+    def revoke_key(self, key_id: str) -> dict[str, Any]:
+        """Revoke a key at once (`ServeClientError` 404 for an unknown id)."""
+        path = "keys/" + urllib.parse.quote(key_id, safe="")
+        result: dict[str, Any] = self.request_json("DELETE", path)
+        return result
+
     def metrics(self, names: Iterable[str] = ()) -> str:
         query = "&".join(f"name[]={urllib.parse.quote(n)}" for n in names)
         return self.request("GET", "metrics" + (f"?{query}" if query else "")).body.decode()
+
+
+def key_table(keys: Iterable[Mapping[str, Any]]) -> str:
+    """Inference keys as a text table (the CLI's and the magic's listing)."""
+    rows = [("ID", "NAME", "MODELS", "CREATED")]
+    for key in keys:
+        models = ",".join(key.get("models") or ["(all)"])
+        rows.append((str(key["id"]), key.get("name") or "-", models, str(key.get("created"))))
+    if len(rows) == 1:
+        return "(no inference keys)"
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    lines = ("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows)
+    return "\n".join(line.rstrip() for line in lines)
 
 
 def _model_path(name: str, version: str | None, route: str = "models") -> str:

@@ -12,6 +12,7 @@
     %serve logs NAME [--version V] [--lines N]   (recent worker output, tracebacks included)
     %serve predict NAME [DATA | --file F | --json J]   (explain: the same, drawn)
     %serve dashboard [--interval S]
+    %serve keys list | create [--name N] [--models a,b] | revoke ID   (inference keys)
 
 The handler cell is written to a file and runs from that file: notebook
 variables are NOT visible to it (workers are separate processes).
@@ -110,6 +111,13 @@ def _serve_parser() -> _Parser:
     logs.add_argument("--lines", type=int, default=200)
     dashboard = sub.add_parser("dashboard")
     dashboard.add_argument("--interval", type=float, default=2.0)
+    keys = sub.add_parser("keys")
+    actions = keys.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    actions.add_parser("list")
+    create = actions.add_parser("create")
+    create.add_argument("--name", default="")
+    create.add_argument("--models", default="")
+    actions.add_parser("revoke").add_argument("key_id")
     return p
 
 
@@ -361,6 +369,19 @@ class ServeMagics(Magics):
 
     def _serve_describe(self, args: argparse.Namespace) -> list[Any]:
         return self.client.describe(args.name, args.version)
+
+    def _serve_keys(self, args: argparse.Namespace) -> Any:
+        """Inference keys: `list` and `create` return their JSON (`create`'s has the key,
+        shown this once); keys may only run models, never open kernels."""
+        if args.action == "list":
+            return self.client.list_keys()
+        if args.action == "revoke":
+            print(self.client.revoke_key(args.key_id)["status"])
+            return None
+        models = [name for name in args.models.split(",") if name.strip()] or None
+        minted = self.client.create_key(args.name, models)
+        print(f"Key {minted['id']} created: its key is shown only now; store it safely.")
+        return minted
 
 
 def load_ipython_extension(ipython: Any) -> None:

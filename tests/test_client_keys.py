@@ -1,0 +1,101 @@
+"""The client's inference-key calls against a real server, the key table, and discovery
+outside a kernel (`any_server`: the one running server's runtime file)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from route_models import server_config
+
+from jupyter_serve.client import (
+    ServeClient,
+    ServeClientError,
+    ServerInfo,
+    ServerNotFound,
+    discover,
+    key_table,
+)
+
+
+@pytest.fixture
+def jp_server_config(tmp_path: Path) -> dict[str, Any]:
+    return server_config(tmp_path)
+
+
+@pytest.fixture
+def client(jp_serverapp: Any, http_server_client: Any, jp_http_port: int, jp_base_url: str) -> Any:
+    token = jp_serverapp.identity_provider.token
+    return ServeClient(ServerInfo(f"http://localhost:{jp_http_port}{jp_base_url}", token))
+
+
+async def test_create_list_and_revoke_keys(client: ServeClient) -> None:
+    minted = await asyncio.to_thread(client.create_key, "nb", ["a", "b"])
+    assert (minted["name"], minted["models"]) == ("nb", ["a", "b"])
+    assert minted["key"].startswith("jsk_")
+    unscoped = await asyncio.to_thread(client.create_key)
+    assert unscoped["models"] is None
+    listed = await asyncio.to_thread(client.list_keys)
+    assert [key["id"] for key in listed] == [minted["id"], unscoped["id"]]
+    assert "key" not in listed[0]
+    revoked = await asyncio.to_thread(client.revoke_key, minted["id"])
+    assert revoked == {"status": f"Key {minted['id']} revoked."}
+    with pytest.raises(ServeClientError) as missing:
+        await asyncio.to_thread(client.revoke_key, minted["id"])
+    assert missing.value.status == 404
+
+
+async def test_a_key_cannot_manage_keys(client: ServeClient) -> None:
+    minted = await asyncio.to_thread(client.create_key)
+    as_key = ServeClient(ServerInfo(client.server.url, minted["key"]))
+    for call in (as_key.list_keys, as_key.create_key):
+        with pytest.raises(ServeClientError) as refused:
+            await asyncio.to_thread(call)
+        assert refused.value.status == 403
+
+
+def test_key_table() -> None:
+    assert key_table([]) == "(no inference keys)"
+    table = key_table(
+        [
+            {"id": "0123456789ab", "name": "ci", "models": ["a", "b"], "created": "T1"},
+            {"id": "ba9876543210", "name": "", "models": None, "created": "T2"},
+        ]
+    )
+    assert table.splitlines() == [
+        "ID            NAME  MODELS  CREATED",
+        "0123456789ab  ci    a,b     T1",
+        "ba9876543210  -     (all)   T2",
+    ]
+
+
+def write_runtime(folder: Path, pid: int, url: str) -> None:
+    (folder / f"jpserver-{pid}.json").write_text(json.dumps({"url": url, "token": f"t{pid}"}))
+
+
+def dead_pid() -> int:
+    process = subprocess.Popen([sys.executable, "-c", ""])
+    process.wait()
+    return process.pid
+
+
+def test_outside_a_kernel_the_one_running_server_is_found(tmp_path: Path) -> None:
+    with pytest.raises(ServerNotFound, match="No running Jupyter server"):
+        discover(env={}, runtime=tmp_path, any_server=True)
+    write_runtime(tmp_path, dead_pid(), "http://127.0.0.1:1/")  # a server that crashed
+    write_runtime(tmp_path, os.getpid(), "http://127.0.0.1:2/")
+    found = discover(env={}, runtime=tmp_path, any_server=True)
+    assert (found.url, found.token) == ("http://127.0.0.1:2/", f"t{os.getpid()}")
+    with pytest.raises(ServerNotFound, match="%serve connect"):
+        discover(env={}, runtime=tmp_path)  # kernels keep their own rules
+    write_runtime(tmp_path, os.getppid(), "http://127.0.0.1:3/")
+    with pytest.raises(ServerNotFound, match=r"Several Jupyter servers.*--url"):
+        discover(env={}, runtime=tmp_path, any_server=True)
+    env = {"JUPYTER_SERVE_URL": "http://env:1/", "JUPYTER_SERVE_TOKEN": "e"}
+    assert discover(env=env, runtime=tmp_path, any_server=True).url == "http://env:1/"
