@@ -159,6 +159,8 @@ async def test_a_scoped_key_runs_its_model_and_nothing_else(
         ("POST", ("api", "kernels"), {}),
         ("GET", ("api", "contents"), {}),
         ("GET", ("api", "sessions"), {}),
+        ("GET", ("api", "terminals"), {}),
+        ("POST", ("api", "terminals"), {}),
     ]
     for method, path, params in refused:
         assert await status(jp_fetch, *path, key=key, method=method, params=params) == 403, path
