@@ -34,7 +34,9 @@ def handle(data, context):
         if _header(context, "x-describe-as") == "text":
             return ["plain words"]
         asked_by = _header(context, "x-asked-by")
-        return [{"handler": "echo", "asked_by": asked_by, "id": context.get_request_id(0)}]
+        credentials = [_header(context, name) for name in ("authorization", "cookie")]
+        return [{"handler": "echo", "asked_by": asked_by, "id": context.get_request_id(0),
+                 "credentials": [c for c in credentials if c]}]
     return [row.get("body") for row in data]
 """
 BROKEN = "def handle(data, context):\n    raise RuntimeError('cannot load')\n"
@@ -451,6 +453,7 @@ async def test_customized_describe_asks_the_handler(
         "handler": "echo",
         "asked_by": "me",
         "id": response.headers["x-request-id"],
+        "credentials": [],  # jp_fetch sent the token: the handler does not see it
     }
     assert set(model) >= DESCRIBE_KEYS
     response = await jp_fetch(

@@ -34,6 +34,7 @@ from .params import (
     register_args,
     scale_args,
 )
+from .requests import handler_headers
 
 MODEL_API_DISABLED = "Requested method is not allowed, please refer to API document."
 JSON_TYPE = "application/json"
@@ -111,10 +112,11 @@ class ModelRoute(ManagementRoute):
     async def _customized(self, name: str, version: str | None) -> Any:
         """The handler's describe answer: parsed JSON when it parses, else the text.
 
-        The job carries this response's `x-request-id` and the request's headers.
+        The job carries this response's `x-request-id` and the request's headers (without
+        Jupyter's credentials, as every request a handler sees).
         """
         model = self.registry.get(name, version)
-        headers = dict(self.request.headers.get_all())
+        headers = handler_headers(self.request)
         request = InferenceRequest(self.request_id, headers, ())
         result = await model.pool.predict_one(request, command="describe")
         text = bytes(result.body).decode("utf-8", "replace")
