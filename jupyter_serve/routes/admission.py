@@ -8,7 +8,9 @@ jupyter_server would let it through:
 * the server authenticates with its stock identity provider and authorizes with the
   allow-all authorizer (`fast_path_applies`), so a valid token is the whole decision;
 * the `Authorization: token|Bearer T` header carries the server's token
-  (`token_matches`, constant time);
+  (`token_matches`, constant time) or an inference key that may run the requested
+  model (`jupyter_serve.keys`, `settings["serve_keys"]`), as the full route's key
+  identity and authorizer decide (`base.py`);
 * the `Host` is one `JupyterHandler.check_host` accepts: any with
   `allow_remote_access`, else a loopback address or one of `local_hostnames`
   (`host_is_local`); a UNIX-socket host or anything unusual is left to the full route;
@@ -29,6 +31,8 @@ from typing import Any
 
 from jupyter_server.auth.authorizer import AllowAllAuthorizer
 from jupyter_server.auth.identity import IdentityProvider, PasswordIdentityProvider
+
+from ..keys import bearer_key
 
 VERBS = frozenset({"GET", "POST", "PUT", "DELETE", "PATCH"})  # the verbs that predict
 _AUTH = re.compile(r"(?:token|bearer)\s+(.+)", re.IGNORECASE)
@@ -69,11 +73,25 @@ def host_is_local(host: str, settings: Mapping[str, Any]) -> bool:
         return bare in settings.get("local_hostnames", ["localhost"])
 
 
+def credentials_allow(
+    authorization: str, token: str, settings: Mapping[str, Any], model: str | None
+) -> bool:
+    """True for the server's token, or for an inference key that may run `model`."""
+    if token_matches(authorization, token):
+        return True
+    key = bearer_key(authorization)
+    keys = settings.get("serve_keys")
+    return key is not None and keys is not None and bool(keys.allows(key, model))
+
+
 HeaderGetter = Callable[[str], "str | None"]
 
 
-def admits(get_header: HeaderGetter, token: str, settings: Mapping[str, Any]) -> bool:
-    """True when a fast path may answer a request with these headers (see the docstring).
+def admits(
+    get_header: HeaderGetter, token: str, settings: Mapping[str, Any], model: str | None = None
+) -> bool:
+    """True when a fast path may answer a request for `model` with these headers (see
+    the module docstring; a key scoped to some models needs `model`).
 
     `get_header(name)` reads a request header (None when absent); an `Origin` counts
     even when empty, and a missing `Host` counts as tornado's default, 127.0.0.1, as
@@ -81,6 +99,6 @@ def admits(get_header: HeaderGetter, token: str, settings: Mapping[str, Any]) ->
     """
     if get_header("Origin") is not None:
         return False
-    if not token_matches(get_header("Authorization") or "", token):
+    if not credentials_allow(get_header("Authorization") or "", token, settings, model):
         return False
     return host_is_local(get_header("Host") or "127.0.0.1", settings)

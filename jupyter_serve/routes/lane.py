@@ -7,9 +7,9 @@ server's `HTTPServer.handle_stream` (tornado's documented hook for a new
 connection): each new plain-TCP connection is read first by a `LaneProtocol`, an
 asyncio protocol on the accepted socket, whose requests are parsed by llhttp
 (`lane_http.RequestReader`). A request whose path is `{base_url}serve/predictions/...`
-or `explanations/...` and which `admission.admits` (the server's token, a local
-`Host`, no `Origin`) is answered by the lean path's exchange, with the same bytes
-as through tornado. Keep-alive connections go on in the lane.
+or `explanations/...` and which `admission.admits` (the server's token or an
+inference key for that model, a local `Host`, no `Origin`) is answered by the lean
+path's exchange, with the same bytes as through tornado. Keep-alive connections go on in the lane.
 
 The first request that is anything else (another route, a cookie, `?token=`, a
 wrong token, a chunked body, a head llhttp rejects or reads differently...) hands
@@ -127,10 +127,12 @@ class Lane:
         found = self.path.fullmatch(request.path)
         if found is None:
             raise NotForTheLane("path")
-        if not admits(request.headers.get, self.token(), self.settings):
-            raise NotForTheLane("not surely admitted (credentials, Host, Origin)")
         kind, *args = found.groups()
-        return self.targets[kind], [_unescape(arg) for arg in args]
+        path_args = [_unescape(arg) for arg in args]
+        model = (path_args[0] or b"").decode("utf-8")
+        if not admits(request.headers.get, self.token(), self.settings, model):
+            raise NotForTheLane("not surely admitted (credentials, Host, Origin)")
+        return self.targets[kind], path_args
 
 
 Head = tuple[LaneRequest, int, Target, list[bytes | None]]
