@@ -22,6 +22,7 @@ from typing import Any
 from ..errors import BadRequest
 from ..protocol import InferenceRequest, Parameter
 from .access import EXECUTE, READ, allow
+from .exchange import Job
 from .inference import PredictionRoute
 from .openapi import model_api
 from .requests import to_inference_request
@@ -44,15 +45,17 @@ class AliasPredictionRoute(PredictionRoute):
         """The model the path names (`invocations` overrides this)."""
         return path_name or ""
 
-    @allow(EXECUTE)
-    async def _predict(self, name: str | None = None, version: str | None = None) -> None:
-        self.check_request_size()
+    def alias_job(self, name: str | None, version: str | None) -> Job:
+        """The request with the query's parameters first, and the model it names."""
         request = to_inference_request(self.request, self.request_id)
         request = InferenceRequest(
             request.request_id, request.headers, (*self.query_parameters(), *request.parameters)
         )
-        model = self.serving_model(self.model_name(request, name), version)
-        await self.respond(model, request)
+        return Job(self.model_name(request, name), version, request)
+
+    @allow(EXECUTE)
+    async def _predict(self, name: str | None = None, version: str | None = None) -> None:
+        await self.respond(lambda: self.alias_job(name, version))
 
     get = post = put = delete = patch = _predict
 

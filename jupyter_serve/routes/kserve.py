@@ -29,6 +29,7 @@ pass every body to it untouched: the answer is whatever the envelope makes of it
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import math
@@ -41,7 +42,8 @@ from ..protocol import InferenceRequest, InferenceResult, Parameter
 from ..registry import Model
 from .access import EXECUTE, READ, allow
 from .base import ServeRoute
-from .inference import ClientTimedOut, InferenceRoute
+from .exchange import Job, Served, find_model
+from .inference import HandlerWriter, InferenceRoute
 from .requests import to_inference_request
 
 JSON_TYPE = "application/json"
@@ -117,26 +119,76 @@ def _v2_output(name: str, value: Any) -> dict[str, Any]:
 
 
 class KServeRoute(InferenceRoute):
-    """Runs one envelope's items through the batcher; a failed item answers for all."""
+    """Runs one envelope's items through the batcher; a failed item answers for all.
+
+    A body without envelope goes through the route's `Exchange` as a prediction does.
+    An envelope's items are gathered here instead (nothing streams into an envelope):
+    past `clientTimeoutInMills` they are dropped and nothing is sent, as TorchServe does.
+    """
+
+    _served: Served | None = None  # the gathered answer is counted under these labels
+    _queue_ms = 0.0
+    _items: asyncio.Future[list[InferenceResult]] | None = None
+    _left: asyncio.Future[None] | None = None
 
     async def run_items(self, name: str, items: list[Any], explain: bool) -> list[Any] | None:
-        """The handler's outputs for `items`, or None when a non-2xx result was sent."""
-        model = self.serving_model(name, None)
+        """The handler's outputs for `items`, or None when the answer was sent (a non-2xx
+        result) or will not be (dropped, or the client has gone)."""
+        served = self._served = find_model(self.settings, name, None)
+        served.check_workers()
         base = to_inference_request(self.request, self.request_id, explain=explain)
         requests = [
             InferenceRequest(self.request_id, base.headers, _item_parameters(item))
             for item in items
         ]
-        try:
-            results: list[InferenceResult] = await self.run(model, requests) if requests else []
-        except ClientTimedOut:
-            self.drop_answer()  # TorchServe: past clientTimeoutInMills, no answer at all
+        results = await self.gather(served, requests) if requests else []
+        if results is None:
             return None
         failed = next((result for result in results if not 200 <= result.status < 300), None)
         if failed is not None:
-            self.send_result(failed)
+            HandlerWriter(self).answer(failed)
             return None
         return [_output_value(result.body) for result in results]
+
+    async def gather(
+        self, served: Served, requests: list[InferenceRequest]
+    ) -> list[InferenceResult] | None:
+        """Every request's result, in order; None when nothing is to be sent."""
+        self._items = asyncio.gather(*(served.submit(request) for request in requests))
+        timeout_ms = served.model.spec.client_timeout_ms
+        try:
+            results = await asyncio.wait_for(self._items, timeout_ms / 1000 or None)
+        except asyncio.TimeoutError:  # the items are cancelled: queued ones never run
+            self.log.warning("Drop response for inference request %s due to client timeout",
+                             self.request_id)  # fmt: skip
+            self._served = None  # TorchServe sends nothing, and counts nothing
+            await self.client_left()
+            return None
+        except asyncio.CancelledError:
+            if not self._gone:
+                raise
+            self._served = None
+            return None
+        self._queue_ms = max((result.queue_ms for result in results), default=0.0)
+        return results
+
+    async def client_left(self) -> None:
+        """Wait until the client has closed the connection."""
+        if not self._gone:
+            self._left = asyncio.get_running_loop().create_future()
+            await self._left
+
+    def on_connection_close(self) -> None:
+        if self._items is not None:
+            self._items.cancel()  # the batcher skips the items still queued
+        if self._left is not None and not self._left.done():
+            self._left.set_result(None)
+        super().on_connection_close()
+
+    def on_finish(self) -> None:
+        if self._served is not None:
+            self._served.record(self.get_status(), self._queue_ms)
+        super().on_finish()
 
     def enveloped_by_worker(self, name: str) -> bool:
         """With `service_envelope` set, TorchServe's worker reads the envelope: pass it on."""
@@ -144,9 +196,12 @@ class KServeRoute(InferenceRoute):
 
     async def pass_through(self, name: str, explain: bool) -> None:
         """No envelope: the request and the answer as TorchServe without `service_envelope`."""
-        model = self.serving_model(name, None)
-        request = to_inference_request(self.request, self.request_id, explain=explain)
-        await self.respond(model, request)
+
+        def prepare() -> Job:
+            request = to_inference_request(self.request, self.request_id, explain=explain)
+            return Job(name, None, request)
+
+        await self.respond(prepare)
 
 
 class V1InferRoute(KServeRoute):
