@@ -449,3 +449,13 @@ async def test_a_result_tornado_refuses_to_send_is_a_500_on_the_full_route(
     assert calls(exchange) == ["answer", "error"]
     metrics = jp_serverapp.web_app.settings["serve_metrics"]
     assert metrics.value("Requests5XX", {"Level": "Host", "Hostname": metrics.hostname}) == 1
+
+
+async def test_a_path_that_is_not_utf8_is_tornados_400_on_every_transport(
+    jp_serverapp: Any, connect: Connect, transport: str
+) -> None:
+    async with connect() as client:
+        client.send("POST", "serve/predictions/probe/%FF", b"x")
+        status, headers, body = await client.answer()
+    assert (status, headers["content-type"]) == (400, "application/json")
+    assert body == error_json(400, "InternalServerException", "Invalid unicode in url: b'\\xff'")

@@ -81,7 +81,6 @@ class FastPredictions:
     def __call__(
         self, request: httputil.HTTPServerRequest, path_args: list[bytes | None], **_: Any
     ) -> None:
-        name, version, extra = (_text(arg) for arg in (*path_args, None, None, None)[:3])
         self.settings["api_last_activity"] = datetime.now(timezone.utc)
         request_id = new_request_id()
         exchange = Exchange(ConnectionWriter(request, request_id), self.settings, request_id)
@@ -89,6 +88,7 @@ class FastPredictions:
         connection.set_close_callback(exchange.client_gone)
 
         def prepare() -> Job:
+            name, version, extra = (_text(arg) for arg in (*path_args, None, None, None)[:3])
             inference = to_inference_request(
                 request, request_id, explain=self.explain, url_path=extra
             )
@@ -180,7 +180,13 @@ class ConnectionWriter:
 
 
 def _text(arg: bytes | None) -> str | None:
-    return None if arg is None else arg.decode("utf-8")
+    """A path argument as `RequestHandler.decode_argument` gives it (400 if not UTF-8)."""
+    if arg is None:
+        return None
+    try:
+        return arg.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ServeError(f"Invalid unicode in url: {arg[:40]!r}", status_code=400) from None
 
 
 def fast_targets(settings: dict[str, Any]) -> dict[str, FastPredictions]:
