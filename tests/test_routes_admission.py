@@ -15,6 +15,7 @@ from route_models import register, server_config
 from tornado.httpclient import HTTPResponse
 
 from jupyter_serve.routes.admission import admits, host_is_local, token_matches
+from jupyter_serve.routes.fastpath import FastPredictions
 
 
 @pytest.fixture
@@ -59,6 +60,23 @@ def test_admits_needs_the_token_a_local_host_and_no_origin() -> None:
     assert not admits(headers(**{**ok, "Host": "evil.example"}), "s3cret", LOCAL)
     assert not admits(headers(**ok), "other", LOCAL)
     assert not admits(headers(**ok), "", LOCAL)
+
+
+class Keys:
+    """A key store stand-in: `allows` is true for one key and one model."""
+
+    def allows(self, key: str, model: str | None) -> bool:
+        return key == "jsk_0123456789ab_secret" and model == "m"
+
+
+def test_admits_an_inference_key_only_for_its_models() -> None:
+    settings = {**LOCAL, "serve_keys": Keys()}
+    key = {"Authorization": "Bearer jsk_0123456789ab_secret", "Host": "localhost"}
+    assert admits(key.get, "s3cret", settings, "m")
+    assert not admits(key.get, "s3cret", settings, "other")
+    assert not admits(key.get, "s3cret", settings)
+    assert not admits(key.get, "s3cret", LOCAL, "m")  # no store: no keys
+    assert not admits({**key, "Origin": "x"}.get, "s3cret", settings, "m")
 
 
 def test_token_matches_both_schemes_in_constant_time_compare() -> None:
@@ -117,3 +135,35 @@ async def test_a_remote_host_is_served_with_allow_remote_access(
     url = f"{jp_base_url}serve/predictions/probe"
     fast, full = await fetch_both(http_server_client, url, token, {"Host": "evil.example"})
     assert fast == full == (200, b"ok")
+
+
+@pytest.mark.parametrize("lane", [True, False], ids=["lane", "lean rule"])
+async def test_a_key_predicts_through_the_fast_paths_for_its_models_only(
+    http_server_client: Any, jp_serverapp: Any, jp_base_url: str, lane: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    fast: list[Any] = []
+    answer = FastPredictions.__call__
+
+    def recorded(self: FastPredictions, request: Any, path_args: Any, **kw: Any) -> None:
+        fast.append(path_args)
+        answer(self, request, path_args, **kw)
+
+    monkeypatch.setattr(FastPredictions, "__call__", recorded)
+    settings = jp_serverapp.web_app.settings
+    if not lane:
+        settings["serve_app"].lane.detach()
+    await register(jp_serverapp, "probe")
+    await register(jp_serverapp, "other")
+    key, _ = settings["serve_keys"].mint("colleague", ["probe"])
+    answers = {}
+    for model in ("probe", "other"):
+        response = await http_server_client.fetch(
+            f"{jp_base_url}serve/predictions/{model}", method="POST", body=b"hi",
+            headers={"Authorization": f"Bearer {key}", "Content-Type": "text/plain"},
+            raise_error=False,
+        )  # fmt: skip
+        answers[model] = (response.code, response.body)
+    assert answers["probe"] == (200, b"hi")
+    assert answers["other"][0] == 403  # the full route's refusal
+    assert fast == [[b"probe", None, None]]  # the key's model went the fast way, alone

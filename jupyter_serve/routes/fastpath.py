@@ -45,8 +45,9 @@ LOGGER = logging.getLogger(__name__)
 
 
 class TokenPathMatches(PathMatches):
-    """A path rule matching only the requests `admission.admits` (the server's token in
-    an `Authorization` header, a local `Host`, no `Origin`).
+    """A path rule matching only the requests `admission.admits` (the server's token or
+    an inference key for the path's model in an `Authorization` header, a local `Host`,
+    no `Origin`).
 
     Others (cookies, `?token=`, no credentials, a wrong token, a remote `Host`, a
     browser's request) fall through to the full routes, where jupyter_server
@@ -61,10 +62,22 @@ class TokenPathMatches(PathMatches):
     def match(self, request: httputil.HTTPServerRequest) -> dict[str, Any] | None:
         if request.method not in VERBS:
             return None
-        token = str(self.identity_provider.token or "")
-        if not admits(request.headers.get, token, self.settings):
+        matched = super().match(request)
+        if matched is None:
             return None
-        return super().match(request)
+        token = str(self.identity_provider.token or "")
+        if not admits(request.headers.get, token, self.settings, _model_of(matched)):
+            return None
+        return matched
+
+
+def _model_of(matched: dict[str, Any]) -> str | None:
+    """The model name of a matched path (None when it is not UTF-8: only the token fits)."""
+    name = (matched.get("path_args") or [None])[0]
+    try:
+        return name.decode("utf-8") if isinstance(name, bytes) else None
+    except UnicodeDecodeError:
+        return None
 
 
 class FastPredictions:

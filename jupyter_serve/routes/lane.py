@@ -41,10 +41,10 @@ from tornado import httputil, iostream
 from tornado.escape import url_unescape
 
 from .admission import VERBS, admits
+from .exchange import MODEL_PATH
 from .lane_http import LaneRequest, NotForTheLane, RequestReader
 
 READ_SIZE = 65536
-_MODEL_PATH = r"/([^/]+)(?:/([^/]+)(?:/(.+))?)?/?"
 
 Target = Callable[[Any, list[bytes | None]], None]
 
@@ -80,7 +80,7 @@ class Lane:
         self.http_server = http_server
         self.tornado_handle_stream = http_server.handle_stream
         kinds = "|".join(re.escape(kind) for kind in targets)
-        self.path = re.compile(re.escape(path_prefix) + f"({kinds})" + _MODEL_PATH)
+        self.path = re.compile(re.escape(path_prefix) + f"({kinds})" + MODEL_PATH)
         self.targets = targets
         self.token = token
         self.max_body = max_body
