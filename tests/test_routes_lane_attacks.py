@@ -186,7 +186,7 @@ async def test_a_parse_error_loses_none_of_the_requests_behind_it(
 
 TARGETS = ["serve/predictions/probe", "serve/predictions/pro%62e", "serve/explanations/probe",
            "serve/predictions/probe/1.0", "serve/predictions/nobody", "serve/predictions/%ff",
-           "serve/ping", "serve/predictions/probe?x=1", "api/status"]  # fmt: skip
+           "serve/ping", "serve/predictions/probe?x=1", "serve/models"]  # fmt: skip
 HOSTS = ["Host: localhost", "Host: 127.0.0.1:1", "Host: evil.example", None,
          "Host: localhost\r\nHost: evil.example"]  # fmt: skip
 AUTHS = ["token {t}", "Bearer {t}", "token wrong", None, "token {t}\r\nAuthorization: token {t}"]
