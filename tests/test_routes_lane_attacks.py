@@ -235,7 +235,7 @@ async def test_generated_requests_get_the_same_answers_as_from_plain_tornado(
     loop = asyncio.get_running_loop()
     requests = st.lists(one_request(bench.base, bench.token), min_size=1, max_size=3)
 
-    @settings(max_examples=40, deadline=None, database=None,
+    @settings(max_examples=150, deadline=None, database=None,
               suppress_health_check=list(HealthCheck))  # fmt: skip
     @given(requests)
     def compare(pipelined: list[bytes]) -> None:

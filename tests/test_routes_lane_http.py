@@ -72,6 +72,7 @@ def test_header_case_is_tornados() -> None:
         HEAD + b"Content-Length: 1\r\nTransfer-Encoding: chunked",
         HEAD + b"X: caf\xc3\xa9\r\nX\xc3\xa9: 1",
         b"GET /serve/predictions/m HTTP/1.1\nHost: h",
+        b"POST /serve/predictions/m HTTP/1.1\r\nContent-Length: 0",  # no Host
     ],
 )
 def test_heads_the_lane_leaves_to_tornado(head: bytes) -> None:

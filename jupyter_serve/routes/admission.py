@@ -23,6 +23,7 @@ included, exactly as for any other route.
 
 from __future__ import annotations
 
+import functools
 import hmac
 import ipaddress
 import re
@@ -61,6 +62,12 @@ def host_is_local(host: str, settings: Mapping[str, Any]) -> bool:
     """True only when jupyter_server's `check_host` surely accepts this `Host` value."""
     if settings.get("allow_remote_access", False):
         return True
+    return _local_host(host, tuple(settings.get("local_hostnames", ["localhost"])))
+
+
+@functools.lru_cache(maxsize=64)
+def _local_host(host: str, local_hostnames: tuple[str, ...]) -> bool:
+    """`host_is_local` without remote access (cached: a client sends the same Host)."""
     name = _HOST_PORT.fullmatch(host)
     bare = name.group(1) if name is not None else ""
     if bare.startswith("[") and bare.endswith("]"):
@@ -70,7 +77,7 @@ def host_is_local(host: str, settings: Mapping[str, Any]) -> bool:
     try:
         return ipaddress.ip_address(bare).is_loopback
     except ValueError:
-        return bare in settings.get("local_hostnames", ["localhost"])
+        return bare in local_hostnames
 
 
 def credentials_allow(

@@ -5,7 +5,8 @@ them. It only takes requests that llhttp (the parser behind Node.js and uvicorn)
 parses without complaint and that it can read exactly as tornado would: an
 `HTTP/1.1` request whose head ends at its first blank line (CRLF CRLF) and whose
 body is framed by `Content-Length` (no `Transfer-Encoding`, no `Expect`, no
-`Upgrade`, no control characters, no line folding). `RequestReader` feeds llhttp
+`Upgrade`; llhttp's strict defaults already refuse control characters, bare CR or LF
+and folded lines). `RequestReader` feeds llhttp
 the head and then the body of one request at a time and checks that llhttp saw the
 same message boundaries; a parse error or any disagreement raises `NotForTheLane`,
 and the connection goes to tornado with the request's bytes unread, so odd,
@@ -18,7 +19,6 @@ names, body, form fields) without building one.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -27,9 +27,6 @@ import httptools
 from tornado import httputil
 
 MAX_HEAD_BYTES = 65536  # tornado's default max_header_size
-_FORBIDDEN = re.compile(  # control characters, bare CR or LF, folded lines
-    rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]|\r(?!\n)|(?<!\r)\n|\n[ \t]"
-)
 _REFUSED = frozenset({"Transfer-Encoding", "Expect", "Upgrade"})
 FORM_TYPES = ("multipart/form-data", "application/x-www-form-urlencoded")
 
@@ -173,8 +170,6 @@ class RequestReader:
 
     def read_head(self, head: bytes) -> LaneRequest:
         """The request of this head (up to and with its blank line), or `NotForTheLane`."""
-        if _FORBIDDEN.search(head):
-            raise NotForTheLane("control characters, folded or bare-LF lines")
         self._reset()
         self._feed(head)
         if not self.head_done or self.begun != 1 or self.body_seen:
@@ -210,6 +205,8 @@ class RequestReader:
         headers = LaneHeaders(items)
         if any(name in _REFUSED for name, _ in items):
             raise NotForTheLane("transfer coding, expectation or upgrade")
+        if "Host" not in headers:
+            raise NotForTheLane("no Host: tornado refuses an HTTP/1.1 request without one")
         connection = headers.get("Connection", "").lower()
         if connection not in ("", "keep-alive", "close") or not uri.startswith("/"):
             raise NotForTheLane("connection options or target form")
