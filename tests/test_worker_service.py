@@ -8,6 +8,7 @@ after every kind of failed batch.
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -322,6 +323,70 @@ def test_handler_exception_traceback_reaches_the_error_and_stderr(worker: Worker
 def test_invalid_output_error_explains_what_was_returned(worker: WorkerProcess) -> None:
     reply = worker.infer(do("short", "a"), do("short", "b"))
     assert "returned 1 items for a batch of 2" in reply.header["traceback"]
+
+
+# ---- requests that cannot be decoded are answered alone (the worker lives on) ----------
+
+DEEP = b"[" * 100_000
+
+
+def deep(request_id: str, action: str = "ctx") -> InferenceRequest:
+    return do(action, request_id, body=DEEP, content_type="application/json")
+
+
+def assert_rejected(result: Any, request_id: str) -> None:
+    assert (result.request_id, result.status) == (request_id, 400)
+    assert result.content_type == "application/json"
+    error = json.loads(result.body)
+    assert (error["code"], error["type"]) == (400, "BadRequestException")
+    assert error["message"] == "JSON nests too deeply (input 'body')"
+
+
+def test_a_bad_request_gets_its_400_and_the_handler_runs_the_rest(worker: WorkerProcess) -> None:
+    squeezed = zlib.compress(b"not text")
+    zipped = {"body": squeezed, "content_type": "text/plain; charset=zlib"}
+    based = {"body": "fine", "content_type": "text/plain; charset=base64"}
+    batch = [do("ctx", "a", body={"n": 1}), deep("deep"), do("ctx", "z", **zipped)]
+    first, rejected, last = worker.results(*batch)
+    assert_rejected(rejected, "deep")
+    seen = [json.loads(r.body) for r in (first, last)]
+    assert [s["request_ids"] for s in seen] == [{"0": "a", "1": "z"}] * 2
+    assert [s["request_id"] for s in seen] == ["a", "z"]
+    assert worker.process.poll() is None
+    zip_row, error, base_row = worker.json_bodies(
+        do("echo", **zipped), deep("deep", "echo"), do("echo", **based)
+    )
+    # a charset that is no text encoding is ignored: UTF-8, else the raw bytes
+    assert zip_row == {"body": ["bytearray", squeezed.hex()]}
+    assert base_row == {"body": ["str", "fine"]}
+    assert error["code"] == 400
+
+
+def test_a_batch_of_bad_requests_never_reaches_the_handler(worker: WorkerProcess) -> None:
+    reply = worker.infer(deep("x"), deep("y"))
+    assert reply.kind is Kind.RESULT
+    x, y = decode_results(reply)
+    assert_rejected(x, "x")
+    assert_rejected(y, "y")
+    assert (reply.header["metrics"], reply.header["predict_ms"]) == ([], 0.0)
+    assert "Request x rejected: JSON nests too deeply" in worker.errors()
+    assert worker.json_bodies(do("echo", body=[2])) == [{"body": ["list", [2]]}]
+
+
+def test_a_failing_handler_fails_the_others_but_the_bad_request_keeps_its_400(
+    worker: WorkerProcess,
+) -> None:
+    reply = worker.infer(do("fail", "a"), deep("deep", "fail"), do("fail", "b"))
+    assert reply.kind is Kind.RESULT
+    a, rejected, b = decode_results(reply)
+    assert_rejected(rejected, "deep")
+    for result, request_id in ((a, "a"), (b, "b")):
+        assert (result.request_id, result.status) == (request_id, 503)
+        assert result.content_type == "application/json"
+        error = {"code": 503, "type": "InternalServerException", "message": "Prediction failed"}
+        assert json.loads(result.body) == error
+    assert "ValueError: handler bug" in worker.errors()
+    assert worker.process.poll() is None
 
 
 # ---- metrics -----------------------------------------------------------------------

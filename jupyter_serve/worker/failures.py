@@ -16,16 +16,25 @@ an int `error_code`: ours (`jupyter_serve.handlers.exceptions`), TorchServe's
 (`ts.utils.util`) and MMS's (`mms.service`) alike.
 
 A failed load answers 507 when it ran out of memory and 500 otherwise.
+
+A request whose inputs cannot be decoded fails alone, not its batch: it is
+answered with its own result, 400 ``BadRequestException`` (`error_result`, built
+by `inputs.build_batch`), inside the batch's `R` frame. When the handler then
+fails on the other requests, they get that failure as results of the same `R`
+frame (`Failure.result`), so the rejected requests keep their 400s; an `E` frame
+answers a failed batch only when it rejected nobody.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ..protocol import Frame, Kind
+from ..errors import ServeError
+from ..protocol import Frame, InferenceResult, Kind
 from .outputs import InvalidOutput
 
 ERROR_TYPE = "InternalServerException"
@@ -49,6 +58,16 @@ class Failure:
             "traceback": self.traceback,
         }
         return Frame(Kind.ERROR, header)
+
+    def result(self, request_id: str) -> InferenceResult:
+        """This failure as one request's result, as the server answers an `E` frame."""
+        return error_result(request_id, ServeError(self.message, status_code=self.status))
+
+
+def error_result(request_id: str, error: ServeError) -> InferenceResult:
+    """`error` as one request's answer: TorchServe's error JSON, as the server writes it."""
+    body = json.dumps(error.to_json(), indent=2) + "\n"
+    return InferenceResult(request_id, error.status_code, body.encode(), "application/json")
 
 
 def prediction_failure(exc: BaseException) -> Failure:

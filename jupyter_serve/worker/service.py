@@ -15,8 +15,10 @@ imported (see `warm`), which is what lets a spare started earlier serve it.
 A loaded model answers ``R {"status": 200, "message": "loaded", "pid"}``; a failed
 load answers `E` (500, or 507 out of memory) and `serve` returns 1. A batch
 answers ``R`` with ``encode_results(results, metrics=[...], predict_ms=...)`` or,
-when the whole batch failed, `E` (see `failures`). EOF returns 0; a malformed
-frame raises `ProtocolError`.
+when the whole batch failed, `E` (see `failures`). A request whose inputs cannot
+be decoded gets its own 400 result and the others still run (see `inputs`):
+nothing a request contains ends the worker. EOF returns 0; a malformed frame
+raises `ProtocolError`.
 
 A handler may stream (`streaming.send_intermediate_predict_response`): each call
 writes an `S` frame through `ModelService.send_frame` while the batch runs, before
@@ -40,6 +42,7 @@ from ..archive import read_manifest
 from ..protocol import (
     Frame,
     InferenceRequest,
+    InferenceResult,
     Kind,
     ProtocolError,
     StreamChunk,
@@ -51,7 +54,7 @@ from ..protocol import (
 )
 from .context import Context
 from .failures import Failure, format_traceback, load_failure, prediction_failure
-from .inputs import build_batch
+from .inputs import BatchInput, build_batch
 from .loader import DEFAULT_BUILTIN_PACKAGE, HandleFunction, HandlerLoadError, load_handler
 from .metrics import MetricsCache, MetricTypes
 from .outputs import build_results
@@ -205,31 +208,48 @@ def run_batch(
 ) -> Frame:
     """Call the handler on one batch: an R frame with results and metrics, or an E frame.
 
-    Intermediate results the handler streams go out through `send_frame` as S frames
-    while it runs.
+    Requests whose inputs cannot be decoded never reach the handler: each gets its
+    own 400 in the R frame (see `inputs`). Intermediate results the handler streams
+    go out through `send_frame` as S frames while it runs.
     """
     if model.handle is None:
         raise ProtocolError("The model is not loaded")
     batch = build_batch(requests, command, model.spec.decode_input_request)
-    context = model.context().with_requests(batch.request_ids, batch.headers)
-    if send_frame is not None:
-        context.chunk_sink = partial(_send_chunk, send_frame)
-    model.metrics.begin_batch(context.request_ids)
-    started = time.perf_counter()
+    if not batch.request_ids:  # every request was rejected: nothing for the handler
+        return encode_results(batch.answers([]), metrics=model.metrics.drain(), predict_ms=0.0)
     try:
-        outputs = model.handle(batch.data, context)
-        predict_ms = (time.perf_counter() - started) * 1000
-        results = build_results(outputs, context)
+        results, predict_ms = _handle(model.handle, model.context(), batch, send_frame)
     except Exception as exc:
         model.metrics.drain()
         failure = prediction_failure(exc)
         print(failure.traceback, file=sys.stderr, flush=True)
-        return failure.frame()
-    finally:
-        context.chunk_sink = None  # a handler thread outliving the batch must not stream
+        if not batch.rejected:
+            return failure.frame()
+        return encode_results(batch.answers([failure.result(r) for r in batch.request_ids]))
     dimensions = {"ModelName": model.spec.model_name, "Level": "Model"}
     model.metrics.add_metric("PredictionTime", predict_ms, "ms", None, dimensions, GAUGE)
+    results = batch.answers(results)
     return encode_results(results, metrics=model.metrics.drain(), predict_ms=predict_ms)
+
+
+def _handle(
+    handle: HandleFunction,
+    context: Context,
+    batch: BatchInput,
+    send_frame: Callable[[Frame], None] | None,
+) -> tuple[list[InferenceResult], float]:
+    """The handler's results for the batch's accepted requests, and its time in ms."""
+    context.with_requests(batch.request_ids, batch.headers)
+    if send_frame is not None:
+        context.chunk_sink = partial(_send_chunk, send_frame)
+    context.metrics.begin_batch(context.request_ids)
+    started = time.perf_counter()
+    try:
+        outputs = handle(batch.data, context)
+        predict_ms = (time.perf_counter() - started) * 1000
+        return build_results(outputs, context), predict_ms
+    finally:
+        context.chunk_sink = None  # a handler thread outliving the batch must not stream
 
 
 def _env(changes: dict[str, Any]) -> dict[str, str | None]:
