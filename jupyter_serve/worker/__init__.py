@@ -6,9 +6,10 @@ Run as ``python -m jupyter_serve.worker --fd N`` (see `__main__`). The modules:
 * `loader`   - turn a handler string into an entry point and initialize it
 * `context`  - TorchServe's `Context`, built fresh for every batch
 * `metrics`  - the `context.metrics` cache whose records travel back in `R` frames
-* `inputs`   - wire requests into TorchServe's batch input (`data`, request headers)
+* `inputs`   - wire requests into TorchServe's batch input (`data`, request headers);
+               a request that cannot be decoded is answered alone with 400
 * `outputs`  - handler output items into response bodies
-* `failures` - exceptions into `E` frames (status chosen by exception type)
+* `failures` - exceptions into `E` frames or per-request error results (status by type)
 * `warm`     - a spare's warm-up, and the per-worker settings of the `L` frame
 * `compat/`  - tiny `ts` and `mms` packages for handlers written for TorchServe or MMS
 
