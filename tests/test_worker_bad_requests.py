@@ -27,7 +27,7 @@ NESTED = b"[" * 100_000
 
 @pytest.fixture
 def jp_server_config(tmp_path: Path) -> dict[str, Any]:
-    return server_config(tmp_path)
+    return server_config(tmp_path, batch_policy="strict")  # TorchServe's: wait for a full batch
 
 
 async def predict(fetch: Fetch, body: bytes, content_type: str, mode: str = "") -> HTTPResponse:
@@ -47,7 +47,7 @@ async def worker_pids(fetch: Fetch) -> list[int]:
 async def test_bad_requests_get_400s_and_the_rest_of_their_batch_is_served_by_the_same_worker(
     jp_fetch: Fetch, jp_serverapp: Any
 ) -> None:
-    # A batch leaves only when full: the four requests below are one batch.
+    # A strict batch leaves when full (or after 20 s): the four requests below are one batch.
     await register(jp_serverapp, batch_size=BATCH, max_batch_delay_ms=20_000)
     pids = await worker_pids(jp_fetch)
     squeezed = zlib.compress(b"hello")
