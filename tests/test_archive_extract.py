@@ -1,12 +1,19 @@
-"""extract_mar and inspect_archive: round trips, and every way out of the target refused."""
+"""extract_mar and inspect_archive: round trips, every way out of the target refused, and
+every size bounded before it is read."""
 
 from __future__ import annotations
 
+import gzip
 import io
+import os
+import shutil
 import stat
+import struct
 import tarfile
+import tracemalloc
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -154,7 +161,7 @@ def test_tar_hard_link_to_an_extracted_member_is_copied(tmp_path: Path) -> None:
     assert (model_dir / "b.txt").read_bytes() == b"same"
 
 
-def test_zip_bomb_by_size_is_stopped_while_streaming(tmp_path: Path) -> None:
+def test_zip_bomb_by_declared_size_is_stopped(tmp_path: Path) -> None:
     archive = tmp_path / "bomb.mar"
     with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("zeros.bin", b"\x00" * (4 << 20))
@@ -166,7 +173,7 @@ def test_zip_bomb_by_size_is_stopped_while_streaming(tmp_path: Path) -> None:
 
 def test_zip_bomb_by_file_count_is_stopped(tmp_path: Path) -> None:
     archive = zip_with(tmp_path / "many.mar", [(f"f{i}", b"") for i in range(20)])
-    with pytest.raises(UnsafeArchive, match="more than 10 files"):
+    with pytest.raises(UnsafeArchive, match="more than 10 members"):
         extract_mar(archive, tmp_path / "work" / "m", limits=ExtractLimits(max_files=10))
 
 
@@ -187,3 +194,144 @@ def test_existing_target_is_not_overwritten(model_inputs: Path, tmp_path: Path) 
     with pytest.raises(ArchiveError, match="already exists"):
         extract_mar(archive, target)
     assert (target / "keep.txt").read_text() == "mine"
+
+
+# ---- sizes bounded before reading, links checked last, expansion capped ---------------
+
+
+def declare_size(archive: Path, name: str, size: int) -> None:
+    """Rewrite the uncompressed size the central directory declares for `name`."""
+    data = bytearray(archive.read_bytes())
+    at = data.index(b"PK\x01\x02")
+    while data[at + 46 : at + 46 + len(name)] != name.encode():
+        at = data.index(b"PK\x01\x02", at + 4)
+    struct.pack_into("<I", data, at + 24, size)
+    archive.write_bytes(bytes(data))
+
+
+def refused(archive: Path, tmp_path: Path, message: str, **limits: Any) -> str:
+    """Extract `archive`, expecting a refusal matching `message` and nothing left behind."""
+    work = tmp_path / "work"
+    with pytest.raises(ArchiveError, match=message) as caught:
+        extract_mar(archive, work / "model", limits=ExtractLimits(**limits))
+    assert caught.value.status_code == 400
+    assert list(work.iterdir()) == []
+    return caught.value.message
+
+
+def test_a_768_mib_zip_link_target_is_refused_without_reading_it(tmp_path: Path) -> None:
+    archive = zip_with(tmp_path / "link.mar", [(zip_symlink("weights", "w.bin"), b"w.bin")])
+    declare_size(archive, "weights", 768 << 20)
+    tracemalloc.start()
+    try:
+        refused(archive, tmp_path, r"^Archive link 'weights' has a target over 4096 bytes\.$")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20
+
+
+@pytest.mark.parametrize("kind", [tarfile.GNUTYPE_LONGLINK, tarfile.GNUTYPE_LONGNAME, b"x"])
+def test_a_768_mib_tar_name_link_or_pax_record_is_refused_unread(
+    kind: bytes, tmp_path: Path
+) -> None:
+    header = tarfile.TarInfo("././@LongLink")
+    header.type, header.size = kind, 768 << 20
+    archive = tmp_path / "long.tar.gz"
+    with gzip.open(archive, "wb") as out:  # the header, then far less data than it claims
+        out.write(header.tobuf(format=tarfile.GNU_FORMAT) + b"a" * (1 << 20))
+    tracemalloc.start()
+    try:
+        message = refused(archive, tmp_path, r"^Archive has a 805306368-byte name, link or pax")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20
+    assert "aaaa" not in message
+    with pytest.raises(UnsafeArchive):
+        inspect_archive(archive)
+
+
+def test_a_link_made_to_climb_by_a_later_member_is_caught(tmp_path: Path) -> None:
+    # `l -> x/..` is the folder itself while `x` is missing; `x -> .` then lifts it out.
+    archive = tar_with(
+        tmp_path / "climb.tar.gz",
+        [
+            (tar_member("l", tarfile.SYMTYPE, "x/.."), b""),
+            (tar_member("x", tarfile.SYMTYPE, "."), b""),
+        ],
+    )
+    assert refused(archive, tmp_path, "points outside") == (
+        "Archive link 'l' points outside the model folder."
+    )
+
+
+def test_messages_never_repeat_member_content_and_cut_long_names(tmp_path: Path) -> None:
+    secret = "TOPSECRET-" * 10 + "/../../../../etc"
+    archive = zip_with(tmp_path / "s.mar", [(zip_symlink("l", secret), secret.encode())])
+    assert "TOPSECRET" not in refused(archive, tmp_path, "points outside")
+    long_name = "n" * 5000 + "/../../x"
+    archive = zip_with(tmp_path / "n.mar", [(long_name, b"TOPSECRET")])
+    message = refused(archive, tmp_path, "leaves the target")
+    assert len(message) < 200
+    assert "TOPSECRET" not in message
+
+
+def test_expansion_past_the_ratio_is_refused(tmp_path: Path) -> None:
+    archive = tmp_path / "ratio.mar"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("zeros.bin", b"\x00" * (4 << 20))  # about 4 KiB compressed
+    message = refused(archive, tmp_path, "expands past", ratio_grace=1 << 20)
+    assert message.endswith("(200 times the archive's size); refusing to extract.")
+    model_dir = extract_mar(archive, tmp_path / "ok" / "m", limits=ExtractLimits(max_ratio=0))
+    assert (model_dir / "zeros.bin").stat().st_size == 4 << 20
+
+
+def test_expansion_past_the_free_disk_space_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    archive = zip_with(tmp_path / "big.mar", [("w.bin", os.urandom(2 << 20))])
+    monkeypatch.setattr(
+        "jupyter_serve.archive.extract.shutil.disk_usage",
+        lambda path: shutil._ntuple_diskusage(10 << 30, 10 << 30, 1 << 20),  # type: ignore[attr-defined]
+    )
+    assert refused(archive, tmp_path, "expands past").endswith(
+        "(the free disk space); refusing to extract."
+    )
+
+
+def test_hard_links_count_their_bytes_again(tmp_path: Path) -> None:
+    links = [(tar_member(f"copy{i}", tarfile.LNKTYPE, "a.bin"), b"") for i in range(3)]
+    archive = tar_with(tmp_path / "h.tar.gz", [(tar_member("a.bin"), os.urandom(300_000)), *links])
+    refused(archive, tmp_path, "expands past 1000000 bytes", max_total_bytes=1_000_000)
+
+
+def test_an_oversized_manifest_is_refused(tmp_path: Path) -> None:
+    big = b'{"model": {}, "pad": "' + b"x" * (1 << 20) + b'"}'
+    archive = zip_with(tmp_path / "m.mar", [("MAR-INF/MANIFEST.json", big)])
+    refused(archive, tmp_path, r"^Archive manifest is over 1048576 bytes")
+    with pytest.raises(ArchiveError, match="over 1048576 bytes"):
+        inspect_archive(archive)
+    declare_size(archive, "MAR-INF/MANIFEST.json", 100)  # a lying header still gets nowhere
+    with pytest.raises(ArchiveError, match=r"over 1048576 bytes|corrupt"):
+        extract_mar(archive, tmp_path / "again" / "m")
+
+
+def test_a_corrupt_archive_is_an_archive_error(tmp_path: Path) -> None:
+    archive = zip_with(tmp_path / "c.mar", [("handler.py", b"def handle(d, c):\n    return d\n")])
+    data = bytearray(archive.read_bytes())
+    data[data.index(b"def handle")] ^= 0xFF  # the stored bytes no longer match their CRC
+    archive.write_bytes(bytes(data))
+    assert refused(archive, tmp_path, "corrupt") == (
+        "Cannot read the archive: corrupt or unsupported."
+    )
+
+
+@pytest.mark.parametrize("entries", [[("a", b"file"), ("a/", b"")], [("a/", b""), ("a", b"f")]])
+def test_members_clashing_with_earlier_ones_are_refused(
+    entries: list[tuple[str | zipfile.ZipInfo, bytes]], tmp_path: Path
+) -> None:
+    archive = zip_with(tmp_path / "dup.mar", entries)
+    refused(archive, tmp_path, "clashes with an earlier member")
+    members = [(tar_member("a"), b"file"), (tar_member("a", tarfile.SYMTYPE, "b"), b"")]
+    refused(tar_with(tmp_path / "dup.tar.gz", members), tmp_path, "clashes with an earlier")

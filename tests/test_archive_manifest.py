@@ -97,6 +97,8 @@ def test_folder_without_manifest_gets_the_default(tmp_path: Path) -> None:
         ("[1, 2]", "expected a JSON object"),
         ('{"runtime": "python"}', "Missing Model entry"),
         ('{"model": "x"}', "Missing Model entry"),
+        ("[" * 200_000 + "]" * 200_000, "^Invalid manifest: nested too deeply\\.$"),
+        ('{"model": {}, "pad": "' + "x" * (1 << 20) + '"}', "^Invalid manifest: over 1048576"),
     ],
 )
 def test_malformed_manifests_raise_archive_error(text: str, message: str, tmp_path: Path) -> None:

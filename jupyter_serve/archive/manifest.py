@@ -38,6 +38,7 @@ MANIFEST_PATH = "MAR-INF/MANIFEST.json"
 RUNTIMES = ("python", "python3", "LSP")
 MODEL_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_\-.]*")
 CREATED_ON_FORMAT = "%d/%m/%Y %H:%M:%S"
+MAX_MANIFEST_BYTES = 1024**2  # a real manifest is under 1 KiB
 
 # (attribute, JSON key) in the order torch-model-archiver writes them.
 _MODEL_KEYS = (
@@ -136,8 +137,13 @@ class Manifest:
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Manifest:
+        """Parse a manifest: at most `MAX_MANIFEST_BYTES`, nesting bounded by the parser."""
+        if len(text) > MAX_MANIFEST_BYTES:
+            raise ArchiveError(f"Invalid manifest: over {MAX_MANIFEST_BYTES} bytes.")
         try:
             data = json.loads(text)
+        except RecursionError as exc:
+            raise ArchiveError("Invalid manifest: nested too deeply.") from exc
         except ValueError as exc:
             raise ArchiveError(f"Invalid manifest: {exc}") from exc
         return cls.from_dict(data)
@@ -164,4 +170,5 @@ def read_manifest(model_dir: str | Path) -> Manifest:
     path = folder / MANIFEST_PATH
     if not path.is_file():
         return Manifest.default_for(folder)
-    return Manifest.from_json(path.read_bytes())
+    with open(path, "rb") as stream:
+        return Manifest.from_json(stream.read(MAX_MANIFEST_BYTES + 1))
