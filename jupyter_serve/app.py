@@ -36,6 +36,7 @@ from .metrics import ServeMetrics
 from .models import BatchPolicy, ServerDefaults
 from .pool import SparePool, WorkerPool
 from .registry import ModelRegistry, RegistryConfig
+from .registry.sources import MAX_DOWNLOAD_SIZE
 from .routes import ROUTES
 from .routes.admission import fast_path_applies
 from .routes.fastpath import fast_rules, fast_targets
@@ -149,7 +150,26 @@ class ServeApp(ExtensionApp):
         Unicode(),
         config=True,
         help="Regexes an http(s) register url must match to be downloaded. Default: none "
-        "(only files in the model store or local paths can be registered).",
+        "(only archives and folders in the model store can be registered). Every redirect "
+        "must match too, and a url whose decoded path has a `..` segment never does.",
+    )
+    max_download_size = Int(
+        MAX_DOWNLOAD_SIZE,
+        min=0,
+        config=True,
+        help="Largest archive an `allowed_urls` download may bring, in bytes, counted as it "
+        "streams (0: no limit). The default, 4 GiB, holds the .mar archives TorchServe models "
+        "ship (ResNets, BERTs, fp16 models of up to two billion parameters) while one wrong "
+        "or hostile url cannot fill a notebook server's disk; raise it for bigger models.",
+    )
+    allow_local_paths = Bool(
+        False,
+        config=True,
+        help="Let register urls name archives and folders anywhere on the server's disk, by "
+        "absolute path or file:// url, as TorchServe does. Off (the default), urls name "
+        "entries of the model store, or archives in the `jupyter_serve_work` folders (where "
+        "`%%handler --serve` builds them) under the server's root; turn it on only if "
+        "everyone who may register models may read and run any file the server can.",
     )
     install_py_dep_per_model = Bool(
         False,
@@ -263,6 +283,9 @@ class ServeApp(ExtensionApp):
             workdir=Path(self.workdir),
             defaults=self.server_defaults(),
             allowed_urls=tuple(self.allowed_urls),
+            max_download_size=self.max_download_size,
+            allow_local_paths=self.allow_local_paths,
+            workspace_root=Path(getattr(self.serverapp, "root_dir", None) or "."),
             install_py_dep_per_model=self.install_py_dep_per_model,
             snapshots=self.snapshots,
             pool_factory=self._make_pool,

@@ -193,8 +193,17 @@ def handle(data, context):
 
 
 async def test_handler_serve_predict_logs_and_unregister_against_a_real_server(
-    shell: InteractiveShell, server_url: tuple[str, str], capsys: pytest.CaptureFixture[str]
+    shell: InteractiveShell,
+    server_url: tuple[str, str],
+    capsys: pytest.CaptureFixture[str],
+    jp_root_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # The kernel runs in a folder of the server's root, as Jupyter starts it: the server
+    # takes the archives `--serve` builds there (jupyter_serve_work/model_store) by path.
+    (jp_root_dir / "notebooks").mkdir()
+    monkeypatch.chdir(jp_root_dir / "notebooks")
+
     def magic(kind: str, line: str, cell: str | None = None) -> Any:
         if cell is None:
             return asyncio.to_thread(shell.run_line_magic, kind, line)

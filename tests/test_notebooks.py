@@ -190,11 +190,22 @@ def test_build_reads_code_blocks_tags_and_cell_splits() -> None:
         load_builder().parse("```python\nx = 1\n")
 
 
+@pytest.fixture
+def notebook_dir(root: Path, tmp_path: Path) -> Path:
+    """The notebook's folder, inside the server's root as Jupyter has it: the archives it
+    builds in its `jupyter_serve_work` folder can then be registered by path."""
+    folder = root / "notebooks" / tmp_path.name
+    folder.mkdir(parents=True)
+    return folder
+
+
 # ---- the notebooks --------------------------------------------------------------------
 
 
-def test_quickstart(server: ServeProcess, child_kernel_env: dict[str, str], tmp_path: Path) -> None:
-    run = execute("01_quickstart", child_kernel_env, tmp_path)
+def test_quickstart(
+    server: ServeProcess, child_kernel_env: dict[str, str], notebook_dir: Path
+) -> None:
+    run = execute("01_quickstart", child_kernel_env, notebook_dir)
     connected = run.text("check-connect")
     assert f"server {server.url} (found through runtime file jpserver-" in connected
     assert connected.endswith(": Healthy\n")
@@ -213,7 +224,7 @@ def test_quickstart(server: ServeProcess, child_kernel_env: dict[str, str], tmp_
     assert 'Model "celsius" Version: 1.0 registered with 1 initial workers' in run.text(
         "check-serve"
     )
-    assert (tmp_path / "jupyter_serve_work" / "model_store" / "celsius.mar").is_file()
+    assert (notebook_dir / "jupyter_serve_work" / "model_store" / "celsius.mar").is_file()
     assert "200 {'celsius': 37.0, 'fahrenheit': 98.6}" in run.text("check-urllib")
     assert json.loads(run.text("check-curl")) == {"celsius": -40.0, "fahrenheit": -40.0}
     assert "{'celsius': 0.0, 'fahrenheit': 32.0}" in run.text("check-client")
@@ -227,9 +238,9 @@ def test_quickstart(server: ServeProcess, child_kernel_env: dict[str, str], tmp_
 
 
 def test_batching_and_scaling(
-    server: ServeProcess, kernel_env: dict[str, str], tmp_path: Path
+    server: ServeProcess, kernel_env: dict[str, str], notebook_dir: Path
 ) -> None:
-    run = execute("02_batching_and_scaling", kernel_env, tmp_path)
+    run = execute("02_batching_and_scaling", kernel_env, notebook_dir)
     assert 'Model "squares" Version: 1.0 registered with 1 initial workers' in run.text(
         "check-handler"
     )
@@ -257,8 +268,8 @@ def test_batching_and_scaling(
     assert run.stderr() == ""
 
 
-def test_archives(server: ServeProcess, kernel_env: dict[str, str], tmp_path: Path) -> None:
-    run = execute("03_archives", kernel_env, tmp_path)
+def test_archives(server: ServeProcess, kernel_env: dict[str, str], notebook_dir: Path) -> None:
+    run = execute("03_archives", kernel_env, notebook_dir)
     accuracy = re.search(r"training accuracy ([\d.]+)%", run.text("check-train"))
     assert accuracy, run.text("check-train")
     assert float(accuracy.group(1)) > 90
@@ -268,7 +279,7 @@ def test_archives(server: ServeProcess, kernel_env: dict[str, str], tmp_path: Pa
         assert expected in inspected
     for member in ("circle.pt", "circle_handler.py", "index_to_name.json", "MAR-INF/MANIFEST.json"):
         assert re.search(rf"^\s+\d+  {re.escape(member)}$", inspected, re.M), member
-    folder = tmp_path / "jupyter_serve_work" / "archives" / "model_store" / "circle_folder"
+    folder = notebook_dir / "jupyter_serve_work" / "archives" / "model_store" / "circle_folder"
     manifest = json.loads((folder / "MAR-INF" / "MANIFEST.json").read_text())
     assert manifest["model"]["modelName"] == "circle_folder"
     assert "MANIFEST.json" in run.text("check-cli")
@@ -291,8 +302,8 @@ def test_archives(server: ServeProcess, kernel_env: dict[str, str], tmp_path: Pa
     assert run.stderr() == ""
 
 
-def test_explanations(server: ServeProcess, kernel_env: dict[str, str], tmp_path: Path) -> None:
-    run = execute("04_explanations", kernel_env, tmp_path)
+def test_explanations(server: ServeProcess, kernel_env: dict[str, str], notebook_dir: Path) -> None:
+    run = execute("04_explanations", kernel_env, notebook_dir)
     accuracy = re.search(r"test accuracy ([\d.]+)%", run.text("check-train"))
     assert accuracy, run.text("check-train")
     assert float(accuracy.group(1)) > 90

@@ -180,12 +180,12 @@ def test_same_version_twice_is_a_conflict_and_leaves_nothing_behind(
 def test_versions_default_and_their_errors(
     store: Path, make_registry: Callable[..., ModelRegistry]
 ) -> None:
-    first, second = build(store, "m", "1.0"), build(store.parent / "v2", "m", "2.0")
+    first, second = build(store, "m", "1.0"), build(store / "v2", "m", "2.0")
     registry = make_registry()
 
     async def scenario() -> None:
         await registry.register(first)
-        await registry.register(str(store.parent / "v2" / second))
+        await registry.register(str(store / "v2" / second))
         assert registry.default_version("m") == "1.0"
         assert [d["modelVersion"] for d in registry.describe("m", "all")] == ["1.0", "2.0"]
         with pytest.raises(ModelVersionNotFound, match=r"^Model version: 9 does not exist for"):
@@ -301,12 +301,12 @@ def test_folder_and_tgz_archives(store: Path, make_registry: Callable[..., Model
 def test_snapshot_restores_versions_defaults_and_workers(
     store: Path, make_registry: Callable[..., ModelRegistry]
 ) -> None:
-    url, other = build(store, "echo", "1.0"), build(store.parent / "v2", "echo", "2.0")
+    url, other = build(store, "echo", "1.0"), build(store / "v2", "echo", "2.0")
     registry = make_registry()
 
     async def first_life() -> None:
         await registry.register(url, params(initial_workers=1, batch_size=2))
-        await registry.register(str(store.parent / "v2" / other))
+        await registry.register(str(store / "v2" / other))
         registry.set_default("echo", "2.0")
         await registry.scale("echo", "1.0", 1, 2, True)
         await registry.shutdown()

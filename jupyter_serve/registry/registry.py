@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..archive import check_model_name, extract_mar, read_manifest
+from ..archive import ExtractLimits, check_model_name, extract_mar, read_manifest
 from ..batching import Batcher, no_worker_message
 from ..deps import install_requirements
 from ..errors import (
@@ -42,7 +42,7 @@ from ..models import ModelSpec, RegisterParams, ServerDefaults, resolve_spec
 from ..pool import ScaleResult, WorkerPool
 from .describe import MAX_PAGE, describe_model, model_page
 from .snapshot import SnapshotItem, read_snapshot, snapshot_data, write_snapshot
-from .sources import Source, archive_stem, locate
+from .sources import MAX_DOWNLOAD_SIZE, Source, SourcePolicy, archive_stem, locate
 
 __all__ = ["Model", "ModelRegistry", "PoolFactory", "RegistryConfig"]
 
@@ -57,13 +57,18 @@ class RegistryConfig:
     """Server settings the registry needs (TorchServe's config.properties subset).
 
     `allowed_urls` are regexes a whole http(s) url must match to be downloaded;
-    empty (the default) refuses every download.
+    empty (the default) refuses every download. The other url rules (local paths,
+    download size) are `sources.SourcePolicy`'s; `extract_limits` bound archives.
     """
 
     model_store: Path
     workdir: Path
     defaults: ServerDefaults = field(default_factory=ServerDefaults)
     allowed_urls: tuple[str, ...] = ()
+    max_download_size: int = MAX_DOWNLOAD_SIZE
+    allow_local_paths: bool = False
+    workspace_root: Path | None = None  # the Jupyter server's root: its jupyter_serve_work folders
+    extract_limits: ExtractLimits = field(default_factory=ExtractLimits)
     install_py_dep_per_model: bool = False
     pip_args: tuple[str, ...] = ()
     snapshots: bool = True
@@ -168,7 +173,7 @@ class ModelRegistry:
     async def _register(
         self, url: str, params: RegisterParams, synchronous: bool
     ) -> tuple[Model, int, str]:
-        source = await locate(url, self.config.model_store, self.config.allowed_urls)
+        source = await locate(url, self.config.model_store, SourcePolicy.of(self.config))
         try:
             spec, extracted = await self._prepare(url, source, params)
         except BaseException:
@@ -192,7 +197,8 @@ class ModelRegistry:
             return resolve(source.path, params=params, model_url=url), None
         tag = uuid.uuid4().hex
         staging = config.workdir / ".incoming" / tag
-        root = await asyncio.to_thread(extract_mar, source.path, staging)
+        limits = config.extract_limits
+        root = await asyncio.to_thread(extract_mar, source.path, staging, limits=limits)
         try:
             name = params.model_name or read_manifest(root).model.model_name
             name = name or archive_stem(source.path)

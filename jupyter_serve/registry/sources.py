@@ -1,38 +1,64 @@
-"""Where a register `url` points: a file or folder in the model store, a local path, a download.
+"""Where a register `url` points: a file or folder in the model store, a download, a local path.
 
-TorchServe's rules and messages (contract §1.6):
+TorchServe's rules and messages (contract §1.6), made stricter where TorchServe
+lets a client read the server's disk:
 
 * an empty url is `ModelNotFound("empty url")`;
-* a url with a `..` part is `ModelNotFound("Relative path is not allowed in url: ...")`;
-* an `http(s)://` url must match one of the `allowed_urls` regexes, else
-  `ModelNotFound("Given URL X does not match any allowed URL(s)")`; it is then
-  downloaded into the model store (failures: `DownloadArchive`, 400);
-* `file://` urls and absolute paths are used as they are; anything else is a
-  name in the model store, `ModelNotFound("Model not found in model store: x.mar")`
-  when it is missing.
+* a url with a `..` part, raw or percent-decoded, is
+  `ModelNotFound("Relative path is not allowed in url: ...")`;
+* an `http(s)://` url must pass `download.check_allowed` (the `allowed_urls`
+  regexes), else `ModelNotFound("Given URL X does not match any allowed URL(s)")`;
+  it is then downloaded into the model store (see `download`: every redirect
+  checked, `max_download_size` counted while streaming);
+* anything else that is not absolute is a name in the model store, found only
+  when it resolves (symlinks included) inside the store, else
+  `ModelNotFound("Model not found in model store: x.mar")`;
+* absolute paths and `file://` urls are confined to the model store and the
+  `jupyter_serve_work` folders below `workspace_root` (the Jupyter server's
+  root, which its contents API opens to the same clients anyway): the magics'
+  work folders, where `%%handler --serve` and `%mar build` put archives (see
+  `workspace`). Anything else is refused with one message whether or not it
+  exists, unless `allow_local_paths` restores TorchServe's "any local path".
 """
 
 from __future__ import annotations
 
 import asyncio
-import http.client
 import os
-import re
-import shutil
-import tempfile
-import urllib.error
 import urllib.parse
-import urllib.request
-from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path, PurePosixPath
 
-from ..errors import DownloadArchive, ModelNotFound, ServeError
+from ..errors import ModelNotFound
+from .download import DOWNLOAD_TIMEOUT, check_allowed, download
 
-__all__ = ["DOWNLOAD_TIMEOUT", "Source", "archive_stem", "locate"]
+__all__ = [
+    "DOWNLOAD_TIMEOUT",
+    "MAX_DOWNLOAD_SIZE",
+    "Source",
+    "SourcePolicy",
+    "archive_stem",
+    "locate",
+]
 
-DOWNLOAD_TIMEOUT = 60.0  # seconds without progress before a download fails
+MAX_DOWNLOAD_SIZE = 4 * 1024**3  # bytes; ServeApp.max_download_size says why
+WORK_FOLDER = "jupyter_serve_work"  # workspace.DEFAULT_WORKDIR, below the kernel's cwd
 _SUFFIXES = (".tar.gz", ".tgz", ".mar", ".zip")
+
+
+@dataclass(frozen=True)
+class SourcePolicy:
+    """What a register url may name besides the model store's entries."""
+
+    allowed_urls: tuple[str, ...] = ()
+    max_download_size: int = MAX_DOWNLOAD_SIZE  # 0: no cap
+    allow_local_paths: bool = False  # TorchServe's behaviour: any absolute path or file://
+    workspace_root: Path | None = None  # its `jupyter_serve_work` folders are allowed
+
+    @classmethod
+    def of(cls, config: object) -> SourcePolicy:
+        """The policy from the same-named attributes of `config` (a `RegistryConfig`)."""
+        return cls(**{field.name: getattr(config, field.name) for field in fields(cls)})
 
 
 @dataclass(frozen=True)
@@ -56,48 +82,63 @@ def archive_stem(path: Path) -> str:
     return name
 
 
-async def locate(url: str, model_store: Path, allowed_urls: Sequence[str] = ()) -> Source:
+async def locate(url: str, model_store: Path, policy: SourcePolicy | None = None) -> Source:
     """The model `url` names, downloading http(s) urls into `model_store` first."""
+    policy = policy or SourcePolicy()
     if not url:
         raise ModelNotFound("empty url")
-    if ".." in PurePosixPath(url.replace("\\", "/")).parts:
+    decoded = urllib.parse.unquote(url)
+    if any(".." in PurePosixPath(text.replace("\\", "/")).parts for text in (url, decoded)):
         raise ModelNotFound(f"Relative path is not allowed in url: {url}")
-    scheme = urllib.parse.urlsplit(url).scheme.lower()
-    if scheme in ("http", "https"):
-        _check_allowed(url, allowed_urls)
-        return await asyncio.to_thread(_download, url, model_store)
-    if scheme == "file":
-        path = Path(urllib.parse.unquote(urllib.parse.urlsplit(url).path))
-    else:
-        path = Path(url) if Path(url).is_absolute() else model_store / url
-    if not path.exists():
+    split = urllib.parse.urlsplit(url)
+    if split.scheme.lower() in ("http", "https"):
+        check_allowed(url, policy.allowed_urls)
+        path = await asyncio.to_thread(
+            download, url, model_store, policy.allowed_urls, policy.max_download_size
+        )
+        return Source(path, downloaded=path)
+    if split.scheme.lower() == "file":
+        return _local(url, Path(urllib.parse.unquote(split.path)), model_store, policy)
+    if Path(url).is_absolute():
+        return _local(url, Path(url), model_store, policy)
+    return _in_store(url, model_store / url, model_store)
+
+
+def _in_store(url: str, path: Path, model_store: Path) -> Source:
+    """`path`, when it exists and resolves inside the model store."""
+    if "\x00" in str(path) or not (_inside(path, model_store) and path.exists()):
         raise ModelNotFound(f"Model not found in model store: {url}")
     return Source(path)
 
 
-def _check_allowed(url: str, allowed_urls: Sequence[str]) -> None:
-    if not any(re.fullmatch(pattern, url) for pattern in allowed_urls):
-        raise ModelNotFound(f"Given URL {url} does not match any allowed URL(s)")
+def _local(url: str, path: Path, model_store: Path, policy: SourcePolicy) -> Source:
+    """An absolute path: inside the store and the allowed folders, or anywhere if allowed."""
+    if "\x00" in str(path):
+        return _in_store(url, path, model_store)  # no such file anywhere
+    if policy.allow_local_paths:
+        if not path.exists():
+            raise ModelNotFound(f"Model not found in model store: {url}")
+        return Source(path)
+    if _inside(path, model_store):
+        return _in_store(url, path, model_store)
+    if _in_work_folder(path, policy.workspace_root) and path.exists():
+        return Source(path)
+    # One answer for what exists and what does not: no probing of the server's disk.
+    raise ModelNotFound(
+        f"Model not found in model store: {url} (local paths outside the model store are "
+        "not allowed; see ServeApp.allow_local_paths)"
+    )
 
 
-def _download(url: str, model_store: Path) -> Source:
-    """Fetch `url` to `model_store/<its file name>` through a temporary file."""
-    failed = DownloadArchive(f"Failed to download archive from: {url}")
-    name = PurePosixPath(urllib.parse.urlsplit(url).path).name
-    if not name:
-        raise failed
-    target = model_store / name
-    if target.exists():
-        raise ServeError(f"Model file already exists {name}")
-    model_store.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(prefix=f".{name}.", dir=model_store)
-    try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT) as r:
-            shutil.copyfileobj(r, out)
-        os.replace(temp, target)
-    except (OSError, ValueError, http.client.HTTPException, urllib.error.URLError) as exc:
-        Path(temp).unlink(missing_ok=True)
-        if isinstance(exc, urllib.error.HTTPError):
-            exc.close()  # it holds the response's socket
-        raise failed from exc
-    return Source(target, downloaded=target)
+def _inside(path: Path, folder: Path) -> bool:
+    """Whether `path`, symlinks resolved, is `folder` or below it."""
+    real, base = os.path.realpath(path), os.path.realpath(folder)
+    return real == base or real.startswith(base.rstrip(os.sep) + os.sep)
+
+
+def _in_work_folder(path: Path, root: Path | None) -> bool:
+    """Whether `path` lies in a `jupyter_serve_work` folder below `root` (the magics')."""
+    if root is None or not _inside(path, root):
+        return False
+    below = Path(os.path.realpath(path)).relative_to(os.path.realpath(root))
+    return WORK_FOLDER in below.parts[:-1]
