@@ -1,4 +1,4 @@
-"""Safe extraction and inspection of model archives (`.mar` zips, `.tar.gz`, folders).
+"""Safe extraction of model archives (`.mar` zips, `.tar.gz`); `listing` inspects them.
 
 `extract_mar(source, dest)` never writes outside `dest` and never trusts a size:
 
@@ -32,34 +32,26 @@ import tarfile
 import tempfile
 import zipfile
 import zlib
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import IO, Any
+from typing import IO
 
 from ..errors import ArchiveError, UnsafeArchive
-from .manifest import MANIFEST_PATH, MAX_MANIFEST_BYTES, Manifest
+from .listing import ArchiveListing, inspect_archive
+from .manifest import MANIFEST_PATH, MAX_MANIFEST_BYTES
+from .members import MAX_HEADER_BYTES, open_tar, safe_member_path, shown
 
 __all__ = [
     "MAX_HEADER_BYTES",
-    "ArchiveListing",
+    "ArchiveListing",  # re-exported from `listing`
     "ExtractLimits",
     "extract_mar",
-    "inspect_archive",
+    "inspect_archive",  # re-exported from `listing`
     "model_root",
-    "safe_member_path",
+    "safe_member_path",  # re-exported from `members`
 ]
 
 _CHUNK = 1 << 20
-_SHOWN = 80  # characters of a member name an error message repeats
-MAX_HEADER_BYTES = 64 * 1024  # a tar long-name / long-link / pax record
-_HEADER_TYPES = (
-    tarfile.GNUTYPE_LONGNAME,
-    tarfile.GNUTYPE_LONGLINK,
-    tarfile.XHDTYPE,
-    tarfile.XGLTYPE,
-    tarfile.SOLARIS_XHDTYPE,
-)
 _CORRUPT = (zipfile.BadZipFile, tarfile.TarError, zlib.error, EOFError, NotImplementedError)
 
 
@@ -89,14 +81,6 @@ class ExtractLimits:
     max_manifest_bytes: int = MAX_MANIFEST_BYTES
     max_link_bytes: int = 4096
     fit_disk: bool = True
-
-
-@dataclass(frozen=True)
-class ArchiveListing:
-    """What `inspect_archive` found: the manifest and (name, size) of each file."""
-
-    manifest: Manifest | None
-    files: list[tuple[str, int]]
 
 
 def extract_mar(
@@ -134,48 +118,9 @@ def model_root(folder: Path) -> Path:
     return folder
 
 
-def shown(name: object) -> str:
-    """A member name for a message: repr'd, and cut to `_SHOWN` characters."""
-    text = repr(str(name))
-    return text if len(text) <= _SHOWN else text[: _SHOWN - 4] + "...'"
-
-
-def safe_member_path(name: str) -> PurePosixPath:
-    """The relative path an archive member may be written to, or `UnsafeArchive`."""
-    cleaned = name.replace("\\", "/")
-    path = PurePosixPath(cleaned)
-    if "\x00" in cleaned or path.is_absolute() or (path.parts and ":" in path.parts[0]):
-        raise UnsafeArchive(f"Archive member has an absolute path: {shown(name)}")
-    if ".." in path.parts:
-        raise UnsafeArchive(f"Archive member leaves the target folder: {shown(name)}")
-    parts = [part for part in path.parts if part not in ("", ".")]
-    return PurePosixPath(*parts) if parts else PurePosixPath()
-
-
 def _is_manifest(relative: PurePosixPath) -> bool:
     text = relative.as_posix()
     return text == MANIFEST_PATH or text.endswith("/" + MANIFEST_PATH)
-
-
-class _BoundedTarInfo(tarfile.TarInfo):
-    """A tar header that refuses oversized long-name, long-link and pax records
-    before tarfile reads them into memory (`_proc_member` is tarfile's hook)."""
-
-    def _proc_member(self, tarfile: tarfile.TarFile) -> Any:
-        if self.type in _HEADER_TYPES and self.size > MAX_HEADER_BYTES:
-            raise UnsafeArchive(
-                f"Archive has a {self.size}-byte name, link or pax record; the limit is "
-                f"{MAX_HEADER_BYTES} bytes."
-            )
-        return super()._proc_member(tarfile)  # type: ignore[misc]
-
-
-def _open_tar(path: Path) -> tarfile.TarFile | None:
-    """`path` opened as a (compressed) tar with bounded headers, or None if it is none."""
-    try:
-        return tarfile.open(path, "r:*", tarinfo=_BoundedTarInfo)
-    except (tarfile.ReadError, tarfile.CompressionError):
-        return None
 
 
 class _Extractor:
@@ -198,7 +143,7 @@ class _Extractor:
             with zipfile.ZipFile(source) as zf:
                 self._extract_zip(zf)
         else:
-            tar = _open_tar(source)
+            tar = open_tar(source)
             if tar is None:
                 raise ArchiveError(f"Not a model archive (zip or tar.gz): {shown(source.name)}")
             with tar:
@@ -369,55 +314,3 @@ class _Extractor:
                     raise UnsafeArchive(
                         f"Archive link {shown(relative)} points outside the model folder."
                     )
-
-
-def inspect_archive(source: str | Path) -> ArchiveListing:
-    """Read an archive's manifest and file list without extracting it."""
-    src = Path(source)
-    if not src.exists():
-        raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(src))
-    if src.is_dir():
-        files = [(p.relative_to(src).as_posix(), p.stat().st_size) for p in _walk(src)]
-        manifest = _find_manifest(files, lambda name: _read_capped((src / name).open("rb")))
-        return ArchiveListing(manifest, files)
-    if zipfile.is_zipfile(src):
-        with zipfile.ZipFile(src) as zf:
-            names = [(i.filename, i.file_size) for i in zf.infolist() if not i.is_dir()]
-            manifest = _find_manifest(names, lambda name: _read_capped(zf.open(name)))
-            return ArchiveListing(manifest, names)
-    tar = _open_tar(src)
-    if tar is None:
-        raise ArchiveError(f"Not a model archive (zip, tar.gz or folder): {shown(src.name)}")
-    with tar:
-        members = {m.name: m for m in tar.getmembers() if m.isfile()}
-
-        def read(name: str) -> bytes:
-            stream = tar.extractfile(members[name])
-            return _read_capped(stream) if stream else b""
-
-        names = [(name, m.size) for name, m in members.items()]
-        return ArchiveListing(_find_manifest(names, read), names)
-
-
-def _read_capped(stream: IO[bytes]) -> bytes:
-    """A manifest's bytes, refused past `MAX_MANIFEST_BYTES` whatever the size it declared."""
-    with stream:
-        data = stream.read(MAX_MANIFEST_BYTES + 1)
-    if len(data) > MAX_MANIFEST_BYTES:
-        raise ArchiveError(f"Invalid manifest: over {MAX_MANIFEST_BYTES} bytes.")
-    return data
-
-
-def _walk(folder: Path) -> Iterator[Path]:
-    for path in sorted(folder.rglob("*")):
-        if path.is_file():
-            yield path
-
-
-def _find_manifest(files: list[tuple[str, int]], read: Callable[[str], bytes]) -> Manifest | None:
-    for name, size in files:
-        if name == MANIFEST_PATH or name.endswith("/" + MANIFEST_PATH):
-            if size > MAX_MANIFEST_BYTES:
-                raise ArchiveError(f"Invalid manifest: over {MAX_MANIFEST_BYTES} bytes.")
-            return Manifest.from_json(read(name))
-    return None
