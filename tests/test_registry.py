@@ -346,7 +346,26 @@ def test_restore_logs_models_it_cannot_bring_back(
     with caplog.at_level(logging.ERROR, logger="jupyter_serve.registry.registry"):
         assert run(fresh.restore()) == []
     assert "Restoring model gone from gone.mar failed" in caplog.text
+    assert all(record.exc_info is None for record in caplog.records)  # one line, no traceback
     assert fresh.list_models() == {"models": []}
+
+
+def test_a_model_that_cannot_come_back_keeps_its_snapshot_entry(
+    store: Path, make_registry: Callable[..., ModelRegistry]
+) -> None:
+    gone, kept = build(store, "gone"), build(store, "kept")
+    registry = make_registry()
+    run(registry.register(gone))
+    run(registry.register(kept))
+    archive = (store / gone).read_bytes()
+    (store / gone).unlink()
+    fresh = make_registry()
+    assert run(fresh.restore()) == [("kept", "1.0")]
+    run(fresh.unregister("kept"))  # a change writes the snapshot again
+    assert [item.name for item in read_snapshot(fresh.snapshot_path)] == ["gone"]
+    (store / gone).write_bytes(archive)  # the archive is back: so is the model
+    later = make_registry()
+    assert run(later.restore()) == [("gone", "1.0")]
 
 
 @pytest.fixture

@@ -107,6 +107,7 @@ class ModelRegistry:
         self._reserved: set[tuple[str, str]] = set()
         self._restoring = False
         self._failed_logs: dict[str, list[str]] = {}  # worker output of a failed register
+        self._kept: dict[tuple[str, str], SnapshotItem] = {}  # snapshot entries not restored
 
     @property
     def snapshot_path(self) -> Path:
@@ -355,11 +356,15 @@ class ModelRegistry:
         return restored
 
     async def _restore_one(self, item: SnapshotItem, synchronous: bool) -> Model | None:
+        """Register one snapshot entry again; a failure is one log line, and the entry is
+        kept in the snapshot (`_kept`) for a later start where it may work again."""
         try:
             model, _, _ = await self._register(item.url, item.params, synchronous)
             await model.pool.scale(item.min_workers, item.max_workers, wait=False)
-        except Exception:
-            log.exception("Restoring model %s from %s failed", item.params.model_name, item.url)
+        except Exception as exc:
+            log.error("Restoring model %s from %s failed (kept in the snapshot): %s",
+                      item.params.model_name, item.url, _one_line(exc))  # fmt: skip
+            self._kept[(item.name, item.version)] = item
             return None
         model.spec = model.spec.with_changes(max_workers=item.max_workers)
         model.loaded_at_startup = True
@@ -375,10 +380,17 @@ class ModelRegistry:
             (model.spec, self._defaults.get(model.name) == model.version, model.restore_url)
             for model in self._models.values()
         ]
+        kept = [item for key, item in self._kept.items() if key not in self._models]
         try:
-            write_snapshot(self.snapshot_path, snapshot_data(models))
+            write_snapshot(self.snapshot_path, snapshot_data(models, kept))
         except OSError:
             log.exception("Cannot write the model snapshot %s", self.snapshot_path)
+
+
+def _one_line(exc: BaseException) -> str:
+    """An error as one short log line (its type and first line), never a traceback."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__
 
 
 def _start_failure(result: ScaleResult, name: str, version: str) -> ServeError:

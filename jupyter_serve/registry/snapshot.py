@@ -11,7 +11,9 @@ The file is TorchServe's `model_snapshot` JSON (contract §2.5)::
 them. The extra `jupyterServe` object holds what a restore needs beyond that:
 the url to register again (a downloaded archive's local file) and the
 effective handler. Writes are atomic (a temporary
-file in the same folder, then `os.replace`).
+file in the same folder, then `os.replace`). An entry whose restore failed is kept
+as it was (`SnapshotItem.entry`, passed back as `kept`), so a model that cannot come
+back on one start is not lost for the next.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import os
 import tempfile
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,12 +41,20 @@ class SnapshotItem:
     min_workers: int
     max_workers: int
     default: bool
+    name: str = ""
+    version: str = ""
+    entry: dict[str, Any] = field(default_factory=dict)  # as read, to keep it if it fails
 
 
-def snapshot_data(models: Iterable[tuple[ModelSpec, bool, str]]) -> dict[str, Any]:
-    """The snapshot JSON of `(spec, is_default, url to register again)` triples."""
+def snapshot_data(
+    models: Iterable[tuple[ModelSpec, bool, str]], kept: Iterable[SnapshotItem] = ()
+) -> dict[str, Any]:
+    """The snapshot JSON of `(spec, is_default, url to register again)` triples, plus the
+    `kept` entries (restores that failed) of versions not registered now."""
     created = int(time.time() * 1000)
     tree: dict[str, dict[str, Any]] = {}
+    for item in kept:
+        tree.setdefault(item.name, {})[item.version] = item.entry
     for spec, default, url in models:
         tree.setdefault(spec.model_name, {})[spec.version] = _entry(spec, default, url)
     return {
@@ -96,13 +106,13 @@ def read_snapshot(path: Path) -> list[SnapshotItem]:
     if not isinstance(models, dict):
         raise ValueError(f"{path} is not a model snapshot: no 'models' object.")
     return [
-        _item(name, entry)
+        _item(name, version, entry)
         for name, versions in sorted(models.items())
-        for _version, entry in sorted(versions.items())
+        for version, entry in sorted(versions.items())
     ]
 
 
-def _item(name: str, entry: dict[str, Any]) -> SnapshotItem:
+def _item(name: str, version: str, entry: dict[str, Any]) -> SnapshotItem:
     extra = entry.get("jupyterServe") or {}
     params = RegisterParams(
         model_name=name,
@@ -120,4 +130,7 @@ def _item(name: str, entry: dict[str, Any]) -> SnapshotItem:
         min_workers=int(entry.get("minWorkers", 0)),
         max_workers=int(entry.get("maxWorkers", entry.get("minWorkers", 0))),
         default=bool(entry.get("defaultVersion")),
+        name=name,
+        version=str(version),
+        entry=entry,
     )
