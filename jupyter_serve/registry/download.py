@@ -75,7 +75,7 @@ class _CheckedRedirects(urllib.request.HTTPRedirectHandler):
 def download(url: str, model_store: Path, patterns: Sequence[str], max_bytes: int) -> Path:
     """Fetch `url` to `model_store/<its file name>`; `max_bytes` 0 means no cap."""
     failed = DownloadArchive(f"Failed to download archive from: {url}")
-    name = PurePosixPath(urllib.parse.unquote(urllib.parse.urlsplit(url).path)).name
+    name = PurePosixPath(urllib.parse.urlsplit(url).path).name  # as TorchServe: not decoded
     if not name or name.startswith(".") or "\x00" in name:
         raise failed
     target = model_store / name
