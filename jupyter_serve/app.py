@@ -22,8 +22,10 @@ TorchServe's precedence: config.properties < Jupyter config and command line.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +65,15 @@ TS_CONFIG_TRAITS = {
 
 
 WORKER_LOGGER = logging.getLogger("jupyter_serve.worker")
+
+
+def server_workdir(data_dir: Path, root_dir: str | None) -> Path:
+    """The default work folder of the Jupyter server serving `root_dir`: one per root
+    directory (its resolved path's hash, after its name for people reading the folder)."""
+    root = Path(root_dir or ".").expanduser().resolve()
+    digest = hashlib.sha256(str(root).encode("utf-8")).hexdigest()[:12]
+    slug = re.sub(r"[^A-Za-z0-9_.-]", "_", root.name)[:40] or "root"
+    return data_dir / "jupyter_serve" / "servers" / f"{slug}-{digest}"
 
 
 def show_worker_output(app_log: logging.Logger) -> list[logging.Handler]:
@@ -106,8 +117,10 @@ class ServeApp(ExtensionApp):
     )
     workdir = Unicode(
         config=True,
-        help="Folder for extracted archives, per-model dependencies and the model snapshot. "
-        "Default: `jupyter_serve` in the Jupyter data directory.",
+        help="Folder for extracted archives, per-model dependencies, the model snapshot and "
+        "the inference keys. Default: `jupyter_serve/servers/<root name>-<hash of the root "
+        "directory>` in the Jupyter data directory, so each Jupyter server (each root "
+        "directory) keeps its own models and snapshot.",
     )
     load_models = List(
         Unicode(),
@@ -236,7 +249,9 @@ class ServeApp(ExtensionApp):
 
     @default("workdir")
     def _default_workdir(self) -> str:
-        return str(Path(jupyter_data_dir()) / "jupyter_serve")
+        return str(
+            server_workdir(Path(jupyter_data_dir()), getattr(self.serverapp, "root_dir", None))
+        )
 
     def initialize_handlers(self) -> None:
         prefix = self.url_prefix.strip("/")

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from mar_builder import build_handler_mar
 
-from jupyter_serve.app import ServeApp
+from jupyter_serve.app import ServeApp, server_workdir
 from jupyter_serve.models import RegisterParams
 from jupyter_serve.startup import model_identity, startup_workers
 
@@ -178,3 +178,27 @@ def test_model_identity_reads_the_manifest_else_the_url(store: Path) -> None:
 
 def test_startup_models_get_at_least_one_worker() -> None:
     assert [startup_workers(n) for n in (0, 1, 3)] == [1, 1, 3]
+
+
+def test_each_root_directory_gets_its_own_default_workdir(tmp_path: Path) -> None:
+    first = server_workdir(tmp_path, str(tmp_path / "a"))
+    assert first == server_workdir(tmp_path, str(tmp_path / "a" / ".." / "a"))
+    assert first != server_workdir(tmp_path, str(tmp_path / "b"))
+    assert first.parent == tmp_path / "jupyter_serve" / "servers"
+    assert first.name.startswith("a-")
+
+
+class TestDefaultWorkdir:
+    """Without a `workdir`, the server's own folder: two servers never share a snapshot."""
+
+    @pytest.fixture
+    def jp_server_config(self) -> dict[str, Any]:
+        return {"ServerApp": {"jpserver_extensions": {"jupyter_serve": True}},
+                "ServeApp": {"spare_workers": 0}}  # fmt: skip
+
+    def test_the_default_workdir_belongs_to_this_root(
+        self, jp_serverapp: Any, jp_data_dir: Path, jp_root_dir: Path
+    ) -> None:
+        app = jp_serverapp.web_app.settings["serve_app"]
+        assert Path(app.workdir) == server_workdir(jp_data_dir, str(jp_root_dir))
+        assert app.registry.snapshot_path.parent == Path(app.workdir)
