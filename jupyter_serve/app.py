@@ -235,6 +235,12 @@ class ServeApp(ExtensionApp):
         "interpreter (about 230 MB). The first starts once some model has started a worker; "
         "0 turns spares off. Workers of another Python (a kernelspec's) always start fresh.",
     )
+    max_workers_per_model = Int(
+        config=True,
+        help="The most workers one model version may have: a register (initial_workers) or "
+        "scale (min_worker, max_worker) asking for more answers 400 instead of starting that "
+        "many processes. Default: twice the machine's CPU count, at least 8.",
+    )
     enable_model_api = Bool(
         True,
         config=True,
@@ -246,6 +252,10 @@ class ServeApp(ExtensionApp):
     def _default_model_store(self) -> str:
         root = getattr(self.serverapp, "root_dir", None) or "."
         return str(Path(root) / "model_store")
+
+    @default("max_workers_per_model")
+    def _default_max_workers_per_model(self) -> int:
+        return max(8, 2 * (os.cpu_count() or 1))
 
     @default("workdir")
     def _default_workdir(self) -> str:

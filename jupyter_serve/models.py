@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from . import devices
-from .archive.manifest import RUNTIMES, check_model_name, read_manifest
+from .archive.manifest import MAX_NAME_LENGTH, RUNTIMES, check_model_name, read_manifest
 from .errors import BadRequest
 from .model_config import ModelConfig, load_model_config
 
@@ -140,6 +140,10 @@ def _check_identity(spec: ModelSpec) -> None:
     _require(
         isinstance(spec.version, str) and bool(spec.version) and "/" not in spec.version,
         f"Model version must be a non-empty string without '/', got {spec.version!r}.",
+    )
+    _require(
+        len(spec.version) <= MAX_NAME_LENGTH,
+        f"Model version is too long: {len(spec.version)} characters (at most {MAX_NAME_LENGTH}).",
     )
     _require(bool(spec.model_dir), "model_dir must name the model's folder.")
     _require(

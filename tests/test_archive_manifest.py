@@ -8,7 +8,12 @@ from pathlib import Path
 import pytest
 
 from jupyter_serve.archive import Manifest, ModelInfo, read_manifest
-from jupyter_serve.archive.manifest import CREATED_ON_FORMAT, now_created_on
+from jupyter_serve.archive.manifest import (
+    CREATED_ON_FORMAT,
+    MAX_NAME_LENGTH,
+    check_model_name,
+    now_created_on,
+)
 from jupyter_serve.errors import ArchiveError
 
 TORCHSERVE = {
@@ -115,3 +120,9 @@ def test_created_on_uses_torch_model_archivers_format() -> None:
     stamp = now_created_on()
     assert datetime.strptime(stamp, CREATED_ON_FORMAT)
     assert CREATED_ON_FORMAT == "%d/%m/%Y %H:%M:%S"
+
+
+def test_a_model_name_longer_than_the_cap_is_refused_before_it_names_a_folder() -> None:
+    check_model_name("m" * MAX_NAME_LENGTH)
+    with pytest.raises(ArchiveError, match="Model name is too long: 300 characters"):
+        check_model_name("m" * 300)

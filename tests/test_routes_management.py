@@ -164,7 +164,7 @@ async def test_scale_asynchronously_answers_202_and_the_workers_come(
         200,
         {"status": f'Model "echo" Version: 1.0 {ZERO_WORKERS}'},
     )
-    for params in ({}, {"min_worker": "nan", "synchronous": "Nan"}, {"number_gpu": "10"},
+    for params in ({}, {"min_worker": "", "synchronous": "Nan"}, {"number_gpu": "10"},
                    {"timeout": "0"}, {"min_worker": "1"}):  # fmt: skip
         assert await call(jp_fetch, "PUT", "models", "echo", **params) == (
             202,
@@ -193,12 +193,12 @@ async def test_register_asynchronously_answers_202_then_serves(
     assert [worker["status"] for worker in model["workers"]] == ["READY"]
 
 
-async def test_register_by_json_body_with_typed_and_junk_values(
+async def test_register_by_json_body_with_typed_values(
     jp_fetch: Fetch, build: Callable[..., str]
 ) -> None:
     url = build("echo")
     body = {"url": url, "model_name": "viajson", "batch_size": 3, "max_batch_delay": "7",
-            "response_timeout": 30, "initial_workers": "junk"}  # fmt: skip
+            "response_timeout": 30, "initial_workers": "0"}  # fmt: skip
     response = await jp_fetch(
         "serve", "models", method="POST", body=json.dumps(body),
         headers={"Content-Type": "application/json; charset=utf-8"},
@@ -209,13 +209,18 @@ async def test_register_by_json_body_with_typed_and_junk_values(
     assert model["minWorkers"] == 0
 
 
-async def test_register_by_query_ignores_junk_numbers_and_non_boolean_synchronous(
+async def test_register_by_query_refuses_junk_numbers_and_reads_sentinels(
     jp_fetch: Fetch, build: Callable[..., str]
 ) -> None:
     url = build("echo")
+    for junk in ({"batch_size": "dd"}, {"max_batch_delay": "junk"}, {"initial_workers": "-1"},
+                 {"initial_workers": "999"}, {"model_name": ""}):  # fmt: skip
+        status, body = await register(jp_fetch, url, **{"model_name": "junk", **junk})
+        assert (status, body["type"]) == (400, "BadRequestException"), junk
+        assert body["message"].startswith("Invalid value for"), body
+    assert (await call(jp_fetch, "GET", "models"))[1] == {"models": []}  # nothing registered
     assert await register(
-        jp_fetch, url, model_name="junk", batch_size="dd", max_batch_delay="junk",
-        initial_workers="-1", response_timeout="0", runtime="python3",
+        jp_fetch, url, model_name="junk", response_timeout="0", runtime="python3"
     ) == (200, {"status": f'Model "junk" Version: 1.0 {ZERO_WORKERS}'})  # fmt: skip
     [model] = (await call(jp_fetch, "GET", "models", "junk"))[1]
     assert (model["batchSize"], model["maxBatchDelay"], model["responseTimeout"]) == (1, 100, 120)
@@ -342,8 +347,11 @@ async def test_scale_errors(jp_fetch: Fetch, build: Callable[..., str]) -> None:
     ]  # fmt: skip
     for parts, params, expected in cases:
         assert await call(jp_fetch, "PUT", "models", *parts, **params) == expected, (parts, params)
-    status, body = await call(jp_fetch, "PUT", "models", "echo", min_worker="-1")
-    assert (status, body["type"]) == (500, "InternalServerException")
+    for junk in ({"min_worker": "-1"}, {"min_worker": "abc"}, {"max_worker": "999"}):
+        status, body = await call(jp_fetch, "PUT", "models", "echo", **junk)
+        assert (status, body["type"]) == (400, "BadRequestException"), junk
+    [model] = (await call(jp_fetch, "GET", "models", "echo"))[1]
+    assert model["minWorkers"] == 0  # nothing changed (registered without workers)
 
 
 # ---- versions, set-default, unregister ------------------------------------------------
@@ -557,3 +565,12 @@ async def test_a_client_error_is_logged_in_one_line_without_a_traceback(
     assert "The JSON body must be an object of register parameters." in caplog.text
     assert "Traceback" not in caplog.text
     assert "Uncaught exception" not in caplog.text
+
+
+async def test_a_name_too_long_for_a_folder_is_a_400_and_registers_nothing(
+    jp_fetch: Fetch, build: Callable[..., str]
+) -> None:
+    status, body = await register(jp_fetch, build("echo"), model_name="m" * 300)
+    assert (status, body["type"]) == (400, "InvalidModelException")
+    assert "too long" in body["message"]
+    assert (await call(jp_fetch, "GET", "models"))[1] == {"models": []}

@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
-from jupyter_serve.errors import BadRequest, ServeError
+from jupyter_serve.errors import BadRequest
 from jupyter_serve.models import RegisterParams
 from jupyter_serve.routes.params import (
     bool_arg,
-    check_min_worker,
+    check_worker_ceiling,
     int_arg,
     json_args,
     optional_int,
@@ -30,12 +30,19 @@ def test_query_args_take_the_first_value_of_each_name() -> None:
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [("12", 12), ("-3", -3), ("+4", 4), (7, 7), ("dd", None), ("1.5", None), ("", None),
-     (" 5", None), ("5_0", None), (True, None), (2.0, None), (None, None)],
-)  # fmt: skip
-def test_integers_parse_as_java_parse_int_or_count_as_not_given(value: Any, expected: Any) -> None:
+    [("12", 12), ("-3", -3), ("+4", 4), (7, 7), ("", None), (None, None)],
+)
+def test_integers_parse_as_java_parse_int_and_empty_counts_as_not_given(
+    value: Any, expected: Any
+) -> None:
     assert optional_int({"n": value}, "n") == expected
     assert int_arg({"n": value}, "n", 99) == (99 if expected is None else expected)
+
+
+@pytest.mark.parametrize("value", ["dd", "1.5", " 5", "5_0", True, 2.0, "abc" * 40])
+def test_a_number_that_is_not_an_integer_is_a_400_naming_it(value: Any) -> None:
+    with pytest.raises(BadRequest, match=r"Invalid value for n: .* \(an integer is expected\)"):
+        optional_int({"n": value}, "n")
 
 
 @pytest.mark.parametrize(
@@ -76,18 +83,14 @@ def test_register_reads_every_parameter() -> None:
 
 @pytest.mark.parametrize(
     ("name", "value", "field", "expected"),
-    [("batch_size", "dd", "batch_size", None), ("batch_size", "0", "batch_size", None),
-     ("max_batch_delay", "junk", "max_batch_delay_ms", None),
-     ("max_batch_delay", "-1", "max_batch_delay_ms", None),
+    [("batch_size", "", "batch_size", None), ("max_batch_delay", "", "max_batch_delay_ms", None),
      ("max_batch_delay", "0", "max_batch_delay_ms", 0),
-     ("initial_workers", "-1", "initial_workers", 0),
-     ("initial_workers", "x", "initial_workers", None),
+     ("initial_workers", "", "initial_workers", None),
      ("response_timeout", "0", "response_timeout", None),
      ("response_timeout", "-1", "response_timeout", None),
-     ("startup_timeout", "-1", "startup_timeout", None),
-     ("model_name", "", "model_name", None), ("handler", "", "handler", None)],
+     ("startup_timeout", "-1", "startup_timeout", None), ("handler", "", "handler", None)],
 )  # fmt: skip
-def test_register_sentinels_and_junk_fall_back_to_defaults(
+def test_register_sentinels_and_empty_values_fall_back_to_defaults(
     name: str, value: str, field: str, expected: Any
 ) -> None:
     params = register_args({"url": "x.mar", name: value}).params
@@ -132,25 +135,34 @@ def test_scale_defaults_min_one_max_min_asynchronous() -> None:
     assert (args.version, args.min_worker, args.max_worker, args.synchronous) == ("2.0", 3, 3, True)
 
 
-def test_scale_ignores_junk_counts_timeout_and_gpus() -> None:
-    args = scale_args(
-        {"min_worker": "nan", "max_worker": "x", "synchronous": "Nan", "timeout": "0",
-         "number_gpu": "10"}, None
-    )  # fmt: skip
+def test_scale_ignores_timeout_and_gpus_and_refuses_junk_counts() -> None:
+    args = scale_args({"synchronous": "Nan", "timeout": "0", "number_gpu": "10"}, None)
     assert (args.min_worker, args.max_worker, args.synchronous) == (1, 1, False)
+    for junk in ({"min_worker": "nan"}, {"max_worker": "x"}, {"min_worker": "-3"}):
+        with pytest.raises(BadRequest, match=r"Invalid value for m.._worker"):
+            scale_args(junk, None)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [({"batch_size": "0"}, "batch_size: 0 \\(at least 1\\)"),
+     ({"batch_size": "abc"}, "batch_size"), ({"max_batch_delay": "-1"}, "max_batch_delay"),
+     ({"initial_workers": "-1"}, "initial_workers"), ({"model_name": ""}, "an empty name")],
+)  # fmt: skip
+def test_register_refuses_bad_counts_and_an_empty_name(args: dict[str, str], message: str) -> None:
+    with pytest.raises(BadRequest, match=message):
+        register_args({"url": "echo.mar", **args})
+
+
+def test_worker_counts_above_the_ceiling_are_refused() -> None:
+    check_worker_ceiling(4, min_worker=4, max_worker=None)
+    with pytest.raises(BadRequest, match="max_worker: 5 \\(at most 4 workers per model"):
+        check_worker_ceiling(4, min_worker=1, max_worker=5)
 
 
 def test_scale_reads_model_version_from_the_query_only_without_a_path_version() -> None:
     assert scale_args({"model_version": "2.0"}, None).version == "2.0"
     assert scale_args({"model_version": "2.0"}, "1.0").version == "1.0"
-
-
-def test_negative_min_worker_is_an_internal_error_as_in_torchserve() -> None:
-    check_min_worker(0)
-    with pytest.raises(ServeError) as caught:
-        check_min_worker(-1)
-    assert type(caught.value) is ServeError
-    assert caught.value.status_code == 500
 
 
 @pytest.mark.parametrize(

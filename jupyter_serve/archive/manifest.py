@@ -36,6 +36,7 @@ from ..errors import ArchiveError
 
 MANIFEST_PATH = "MAR-INF/MANIFEST.json"
 RUNTIMES = ("python", "python3", "LSP")
+MAX_NAME_LENGTH = 128  # model names and versions: folder names under the workdir
 MODEL_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_\-.]*")
 CREATED_ON_FORMAT = "%d/%m/%Y %H:%M:%S"
 MAX_MANIFEST_BYTES = 1024**2  # a real manifest is under 1 KiB
@@ -54,7 +55,12 @@ _MODEL_KEYS = (
 
 
 def check_model_name(name: str) -> None:
-    """Refuse a model name TorchServe would refuse (`^[A-Za-z0-9][A-Za-z0-9_\\-.]*$`)."""
+    """Refuse a model name TorchServe would refuse (`^[A-Za-z0-9][A-Za-z0-9_\\-.]*$`), or
+    one longer than `MAX_NAME_LENGTH` (it names folders: the file system has a limit)."""
+    if len(name or "") > MAX_NAME_LENGTH:
+        raise ArchiveError(
+            f"Model name is too long: {len(name)} characters (at most {MAX_NAME_LENGTH})."
+        )
     if not MODEL_NAME_PATTERN.fullmatch(name or ""):
         raise ArchiveError(
             "Model name contains special characters.\n"

@@ -26,7 +26,7 @@ from .openapi import model_management_api
 from .params import (
     Args,
     bool_arg,
-    check_min_worker,
+    check_worker_ceiling,
     json_args,
     optional_int,
     page_args,
@@ -59,6 +59,11 @@ class ManagementRoute(ServeRoute):
         if not self.settings["serve_app"].enable_model_api:
             raise MethodNotAllowed(MODEL_API_DISABLED)
 
+    @property
+    def worker_ceiling(self) -> int:
+        """The most workers one model version may ask for (`max_workers_per_model`)."""
+        return int(self.settings["serve_app"].max_workers_per_model)
+
     def write_status(self, outcome: tuple[int, str]) -> None:
         status, message = outcome
         self.write_json({"status": message}, status)
@@ -76,6 +81,7 @@ class ModelsRoute(ManagementRoute):
     async def post(self) -> None:
         self.check_model_api()
         args = register_args(self.body_or_query())
+        check_worker_ceiling(self.worker_ceiling, initial_workers=args.params.initial_workers)
         outcome = await self.registry.register(args.url, args.params, synchronous=args.synchronous)
         self.write_status(outcome)
 
@@ -92,9 +98,11 @@ class ModelRoute(ManagementRoute):
 
     @allow(WRITE)
     async def put(self, name: str, version: str | None = None) -> None:
-        args = scale_args(self.query(), version)
-        self.registry.get(name, args.version)  # an unknown model is a 404 first
-        check_min_worker(args.min_worker)
+        query = self.query()
+        self.registry.get(name, version or query.get("model_version") or None)  # 404 first
+        args = scale_args(query, version)
+        check_worker_ceiling(self.worker_ceiling, min_worker=args.min_worker,
+                             max_worker=args.max_worker)  # fmt: skip
         outcome = await self.registry.scale(
             name, args.version, args.min_worker, args.max_worker, args.synchronous
         )

@@ -1,12 +1,15 @@
 """TorchServe's management-API parameters: query args or a JSON body, typed for the registry.
 
-TorchServe (`NettyUtils.getIntParameter`, `RegisterModelRequest`) never fails on
-a malformed number: `batch_size=dd` or `min_worker=nan` simply means "not
-given", and the default applies. Booleans follow Java's `Boolean.parseBoolean`:
-only "true" (any case) is true, so `synchronous=-1` is false. Its sentinels
-carry over too: a `batch_size` below 1, a negative `max_batch_delay` or
-`startup_timeout`, and a `response_timeout` of 0 or less mean "server default";
-a negative `initial_workers` registers with 0 workers, as TorchServe does.
+Every parameter is checked before anything changes, and a client's mistake is a
+400 (`BadRequest`) saying which parameter and why. TorchServe itself silently
+takes a malformed number as "not given" (`min_worker=abc` answered 202 and changed
+nothing; `min_worker=-3` a 500); here a number that is not an integer, a negative
+worker count, a `batch_size` below 1, a negative `max_batch_delay`, an explicitly
+empty `model_name` and worker counts above the server's `max_workers_per_model`
+are refused. An empty value still means "not given", as in TorchServe, and so do
+its timeout sentinels (a `response_timeout` of 0 or less, a negative
+`startup_timeout`: the server default). Booleans follow Java's
+`Boolean.parseBoolean`: only "true" (any case) is true.
 
 The functions here read an `Args` mapping (name -> the first query value as a
 string, or any JSON value of a body), so they are free of tornado.
@@ -21,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..archive.manifest import RUNTIMES
-from ..errors import BadRequest, ServeError
+from ..errors import BadRequest
 from ..models import RegisterParams
 from ..registry.describe import MAX_PAGE
 
@@ -30,7 +33,7 @@ __all__ = [
     "RegisterArgs",
     "ScaleArgs",
     "bool_arg",
-    "check_min_worker",
+    "check_worker_ceiling",
     "int_arg",
     "json_args",
     "optional_int",
@@ -63,19 +66,40 @@ def json_args(body: bytes) -> dict[str, Any]:
 
 
 def optional_int(args: Args, name: str) -> int | None:
-    """An integer argument, or None when absent or not an integer (Java's parseInt)."""
+    """An integer argument, None when absent or empty; 400 when it is not an integer."""
     value = args.get(name)
+    if value is None or value == "":
+        return None
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     if isinstance(value, str) and _INT.fullmatch(value):
         return int(value)
-    return None
+    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
+    raise BadRequest(f"Invalid value for {name}: {shown} (an integer is expected).")
 
 
 def int_arg(args: Args, name: str, default: int) -> int:
-    """An integer argument, or `default` when absent or not an integer."""
+    """An integer argument, or `default` when absent or empty."""
     value = optional_int(args, name)
     return default if value is None else value
+
+
+def count_arg(args: Args, name: str, minimum: int) -> int | None:
+    """An integer argument of at least `minimum` (None when absent); 400 below it."""
+    value = optional_int(args, name)
+    if value is not None and value < minimum:
+        raise BadRequest(f"Invalid value for {name}: {value} (at least {minimum}).")
+    return value
+
+
+def check_worker_ceiling(ceiling: int, **counts: int | None) -> None:
+    """400 when a worker count exceeds the server's `max_workers_per_model`."""
+    for name, count in counts.items():
+        if count is not None and count > ceiling:
+            raise BadRequest(
+                f"Invalid value for {name}: {count} (at most {ceiling} workers per model on "
+                "this server: ServeApp.max_workers_per_model)."
+            )
 
 
 def bool_arg(args: Args, name: str, default: bool) -> bool:
@@ -110,13 +134,17 @@ def register_args(args: Args) -> RegisterArgs:
     runtime = _str_arg(args, "runtime")
     if runtime is not None and runtime not in RUNTIMES:
         raise BadRequest(f"Invalid RuntimeType value: {runtime}")
+    model_name = _str_arg(args, "model_name")
+    if model_name is not None and not model_name.strip() and "model_name" in args:
+        raise BadRequest("Invalid value for model_name: an empty name (leave it out to take "
+                         "the archive's).")  # fmt: skip
     params = RegisterParams(
-        model_name=_str_arg(args, "model_name") or None,
+        model_name=model_name or None,
         handler=_str_arg(args, "handler") or None,
         runtime=runtime,
-        batch_size=_at_least(optional_int(args, "batch_size"), 1),
-        max_batch_delay_ms=_at_least(optional_int(args, "max_batch_delay"), 0),
-        initial_workers=_workers(optional_int(args, "initial_workers")),
+        batch_size=count_arg(args, "batch_size", 1),
+        max_batch_delay_ms=count_arg(args, "max_batch_delay", 0),
+        initial_workers=count_arg(args, "initial_workers", 0),
         response_timeout=_at_least(optional_int(args, "response_timeout"), 1),
         startup_timeout=_at_least(optional_int(args, "startup_timeout"), 0),
     )
@@ -126,10 +154,6 @@ def register_args(args: Args) -> RegisterArgs:
 def _at_least(value: int | None, minimum: int) -> int | None:
     """`value`, or None ("not given") below `minimum`: TorchServe's sentinel values."""
     return value if value is not None and value >= minimum else None
-
-
-def _workers(value: int | None) -> int | None:
-    return None if value is None else max(value, 0)
 
 
 @dataclass(frozen=True)
@@ -148,8 +172,10 @@ def scale_args(args: Args, version: str | None) -> ScaleArgs:
     `model_version` in the query names the version when the path does not;
     `timeout` and `number_gpu` are accepted and ignored, as in TorchServe 0.12.
     """
-    min_worker = int_arg(args, "min_worker", 1)
-    max_worker = int_arg(args, "max_worker", min_worker)
+    min_worker = count_arg(args, "min_worker", 0)
+    min_worker = 1 if min_worker is None else min_worker
+    max_worker = optional_int(args, "max_worker")  # below min_worker: TorchServe's own 400
+    max_worker = min_worker if max_worker is None else max_worker
     version = version or _str_arg(args, "model_version") or None
     return ScaleArgs(version, min_worker, max_worker, bool_arg(args, "synchronous", False))
 
@@ -157,10 +183,3 @@ def scale_args(args: Args, version: str | None) -> ScaleArgs:
 def page_args(args: Args) -> tuple[int, int]:
     """`GET models` paging: (limit, next_page_token), TorchServe's 100 and 0 by default."""
     return int_arg(args, "limit", MAX_PAGE), int_arg(args, "next_page_token", 0)
-
-
-def check_min_worker(min_worker: int) -> None:
-    """A negative min_worker is a 500 (InternalServerException), as TorchServe answers it:
-    its worker manager fails on the count rather than refusing it as a bad request."""
-    if min_worker < 0:
-        raise ServeError(f"Invalid worker count: min_worker={min_worker} (must be >= 0).")
