@@ -8,6 +8,7 @@ its error JSON, so that `{"code", "type", "message"}` bodies match TorchServe's:
         + ArchiveError           400  InvalidModelException   (a malformed or unsafe archive)
           - UnsafeArchive        400  InvalidModelException   (zip-slip, link escape, zip bomb)
         + DownloadArchive        400  DownloadArchiveException (a model url failed to download)
+      x Forbidden                403  ForbiddenException      (no credentials; not authorized)
       x InvalidModelVersion      403  InvalidModelVersionException (removing the default version)
       x ModelNotFound            404  ModelNotFoundException
       x ModelVersionNotFound     404  ModelVersionNotFoundException
@@ -88,6 +89,14 @@ class ModelVersionNotFound(ServeError):
 class ResourceNotFound(ServeError):
     status_code = 404
     error_type = "ResourceNotFoundException"
+
+
+class Forbidden(ServeError):
+    """Jupyter refused the request: no or wrong credentials, or the authorizer said no
+    (TorchServe's own key check answers 400 InvalidKeyException; this is Jupyter's)."""
+
+    status_code = 403
+    error_type = "ForbiddenException"
 
 
 class MethodNotAllowed(ServeError):

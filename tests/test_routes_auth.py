@@ -13,6 +13,7 @@ credentials); a separate test shows it answers no data.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -235,3 +236,18 @@ async def test_the_open_cors_preflight_reveals_nothing(
     response = await http_server_client.fetch(url, method="OPTIONS")
     assert (response.code, response.body) == (200, b"")
     assert "GET" in response.headers["Access-Control-Allow-Methods"]
+
+
+async def test_a_refusal_says_forbidden_in_torchserves_error_shape(
+    http_server_client: Any, jp_base_url: str
+) -> None:
+    for headers in ({"Authorization": ""}, {"Authorization": "token wrong"}):
+        response = await http_server_client.fetch(
+            url_path_join(jp_base_url, "serve", "models"), headers=headers, raise_error=False
+        )
+        assert response.code == 403
+        assert json.loads(response.body) == {
+            "code": 403,
+            "type": "ForbiddenException",
+            "message": "Forbidden",
+        }

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
+from http.client import responses
 from types import TracebackType
 from typing import Any
 
@@ -35,7 +36,7 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import web
 
-from ..errors import MethodNotAllowed, ResourceNotFound, ServeError
+from ..errors import Forbidden, MethodNotAllowed, ResourceNotFound, ServeError
 from ..keys import KeyInfo, KeyStore, bearer_key
 from ..metrics import ServeMetrics
 from ..registry import ModelRegistry
@@ -197,4 +198,8 @@ def _from_status(status_code: int, error: BaseException | None) -> ServeError:
     if status_code == 405:
         return MethodNotAllowed(_NOT_ALLOWED)
     message = error.log_message if isinstance(error, web.HTTPError) else None
+    if status_code == 403:
+        return Forbidden(message or "Forbidden")
+    if message is None and 400 <= status_code < 500:
+        message = responses.get(status_code, "Bad Request")  # a client's mistake, not ours
     return ServeError(message or "Internal server error", status_code=status_code)
