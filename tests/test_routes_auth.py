@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from jupyter_server.utils import url_path_join
+from route_models import server_config
 from tornado import web
 from tornado.routing import PathMatches, Rule
 
@@ -251,3 +252,28 @@ async def test_a_refusal_says_forbidden_in_torchserves_error_shape(
             "type": "ForbiddenException",
             "message": "Forbidden",
         }
+
+
+class TestOversizeBodies:
+    """A body over `max_request_size` is a 413 on every route, after authentication."""
+
+    @pytest.fixture
+    def jp_server_config(self, tmp_path: Any) -> dict[str, Any]:
+        return server_config(tmp_path, max_request_size=1024)
+
+    @pytest.mark.parametrize(
+        ("pattern", "verb"),
+        [case for case in CASES if case.values[1] not in ("HEAD", "OPTIONS")],
+    )
+    async def test_every_route_answers_413(
+        self, http_server_client: Any, jp_serverapp: Any, jp_base_url: str, pattern: str,
+        verb: str,
+    ) -> None:  # fmt: skip
+        token = jp_serverapp.identity_provider.token
+        response = await http_server_client.fetch(
+            url_path_join(jp_base_url, "serve", routed_path(pattern)), method=verb,
+            body=b"x" * 2048, headers={"Authorization": f"token {token}"},
+            allow_nonstandard_methods=True, raise_error=False,
+        )  # fmt: skip
+        assert response.code == 413
+        assert json.loads(response.body)["type"] == "RequestEntityTooLargeException"

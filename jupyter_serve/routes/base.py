@@ -41,6 +41,7 @@ from ..keys import KeyInfo, KeyStore, bearer_key
 from ..metrics import ServeMetrics
 from ..registry import ModelRegistry
 from .access import EXECUTE, RESOURCE
+from .exchange import request_size_error
 from .requests import new_request_id
 
 NOT_FOUND_MESSAGE = "Requested resource is not found, please refer to API document."
@@ -119,6 +120,14 @@ class ServeRoute(ExtensionHandlerMixin, APIHandler):
     def set_default_headers(self) -> None:
         super().set_default_headers()
         self.set_header("x-request-id", self.request_id)
+
+    async def prepare(self) -> None:  # type: ignore[override]
+        """jupyter_server's checks first (host, auth, XSRF, origin), then 413 for a body over
+        `max_request_size` on every route, as TorchServe's frontend refuses it."""
+        await super().prepare()
+        too_large = request_size_error(self.request, self.settings)
+        if too_large is not None:
+            raise too_large
 
     @property
     def identity_provider(self) -> Any:
