@@ -11,10 +11,19 @@ from typing import Any
 
 
 def flatten(value: Any) -> list[Any]:
-    """The leaves of nested lists (or tuples), in order."""
-    if isinstance(value, list | tuple):
-        return [leaf for item in value for leaf in flatten(item)]
-    return [value]
+    """The leaves of nested lists (or tuples), in order; iterative, so any nesting a
+    client sends costs time in its size, never a RecursionError."""
+    leaves: list[Any] = []
+    stack = [iter((value,))]
+    while stack:
+        for item in stack[-1]:
+            if isinstance(item, list | tuple):
+                stack.append(iter(item))
+                break
+            leaves.append(item)
+        else:
+            stack.pop()
+    return leaves
 
 
 def datatype(values: list[Any]) -> str:

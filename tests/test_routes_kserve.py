@@ -12,6 +12,8 @@ import pytest
 from route_models import STREAM, register, serve_state, server_config
 from tornado.httpclient import HTTPClientError, HTTPResponse
 
+from jupyter_serve.oip import flatten
+
 Fetch = Callable[..., Awaitable[HTTPResponse]]
 JSON = "application/json"
 
@@ -249,3 +251,49 @@ class TestServiceEnvelope:
             assert answer == {"predictions": [2, 4]}, path
         explained = await post_json(jp_fetch, "v1", "models", "doubling:explain", data=body)
         assert explained == {"explanations": [2, 4]}
+
+
+NESTED = b"[" * 100_000 + b"]" * 100_000
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "message"),
+    [
+        (("v1", "models", "probe:predict"), b'{"instances": ' + NESTED + b"}", "nests too deeply"),
+        (("v2", "models", "probe", "infer"), b'{"inputs": ' + NESTED + b"}", "nests too deeply"),
+        (("v2", "models", "probe", "infer"),
+         b'{"inputs": [{"name": "x", "shape": ["a"], "datatype": "FP32", "data": [1]}]}',
+         "shape must be"),
+        (("v2", "models", "probe", "infer"),
+         b'{"inputs": [{"name": "x", "shape": [0], "datatype": "BYTES", "data": []}]}',
+         "without data"),
+        (("models",), b'{"url": ' + NESTED + b"}", "nests too deeply"),
+    ],
+)  # fmt: skip
+async def test_hostile_json_is_a_400_never_a_500(
+    jp_fetch: Fetch, jp_serverapp: Any, path: tuple[str, ...], body: bytes, message: str
+) -> None:
+    await register(jp_serverapp)
+    response = await jp_fetch("serve", *path, method="POST", body=body,
+                              headers={"Content-Type": JSON}, raise_error=False)  # fmt: skip
+    assert response.code == 400
+    assert message in json.loads(response.body)["message"]
+
+
+def test_flatten_takes_any_nesting_without_recursion() -> None:
+    deep: Any = 7
+    for _ in range(100_000):
+        deep = [deep]
+    assert flatten([deep, (1, [2, 3])]) == [7, 1, 2, 3]
+
+
+async def test_deep_but_parsable_v2_data_is_flattened_without_recursion(
+    jp_fetch: Fetch, jp_serverapp: Any
+) -> None:
+    await register(jp_serverapp)
+    data = "[" * 900 + "1" + "]" * 900
+    tensor = {"name": "x", "shape": [1], "datatype": "INT64", "data": "DATA"}
+    body = json.dumps({"inputs": [tensor]}).replace('"DATA"', data)
+    response = await jp_fetch("serve", "v2", "models", "probe", "infer", method="POST",
+                              body=body, headers={"Content-Type": JSON})  # fmt: skip
+    assert json.loads(response.body)["outputs"][0]["data"] == [1]

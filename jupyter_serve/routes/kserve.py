@@ -48,6 +48,8 @@ from .requests import to_inference_request
 
 JSON_TYPE = "application/json"
 VERSIONING = "Model versioning is not yet supported."
+TOO_DEEP = "The request body nests too deeply."
+MAX_DIMS = 64  # a v2 tensor's dimensions (numpy allows 64)
 
 
 def _envelope(body: bytes, key: str) -> tuple[dict[str, Any], list[Any]] | None:
@@ -59,6 +61,8 @@ def _envelope(body: bytes, key: str) -> tuple[dict[str, Any], list[Any]] | None:
         data = json.loads(body or b"null")
     except ValueError:
         return None
+    except RecursionError:
+        raise BadRequest(TOO_DEEP) from None
     if not isinstance(data, dict) or key not in data:
         return None
     if not isinstance(data[key], list):
@@ -69,10 +73,13 @@ def _envelope(body: bytes, key: str) -> tuple[dict[str, Any], list[Any]] | None:
 def _item_parameters(item: Any) -> tuple[Parameter, ...]:
     """One batch row: an object's keys as JSON parameters, anything else as "body"."""
     fields = item if isinstance(item, dict) else {"body": item}
-    return tuple(
-        Parameter(str(name), JSON_TYPE, json.dumps(value).encode())
-        for name, value in fields.items()
-    )
+    try:
+        return tuple(
+            Parameter(str(name), JSON_TYPE, json.dumps(value).encode())
+            for name, value in fields.items()
+        )
+    except RecursionError:
+        raise BadRequest(TOO_DEEP) from None
 
 
 def _output_value(body: bytes) -> Any:
@@ -103,14 +110,39 @@ def _input_row(tensor: Any) -> dict[str, Any]:
             'Each v2 input must be an object with "name", "shape", "datatype", "data".'
         )
     row = dict(tensor)
+    flat, shape = flatten(row["data"]), _shape(row)
     if row.get("datatype") == "BYTES":
-        row["data"] = flatten(row["data"])[0]
+        if not flat:
+            raise BadRequest(f"Input {row.get('name')}: a BYTES tensor without data.")
+        row["data"] = flat[0]
         return row
-    flat, shape = flatten(row["data"]), [int(n) for n in row.get("shape") or []]
     if shape and math.prod(shape) != len(flat):
         raise BadRequest(f"Input {row.get('name')}: {len(flat)} values do not fit shape {shape}.")
     row["data"] = _reshape(flat, shape)
     return row
+
+
+def _shape(row: dict[str, Any]) -> list[int]:
+    """A v2 input's shape: at most `MAX_DIMS` non-negative integers, else 400."""
+    shape = row.get("shape") or []
+    dims = [_dim(n) for n in shape] if isinstance(shape, list) and len(shape) <= MAX_DIMS else []
+    if not isinstance(shape, list) or len(dims) != len(shape) or None in dims:
+        raise BadRequest(
+            f"Input {str(row.get('name'))[:80]}: shape must be a list of at most {MAX_DIMS} "
+            "non-negative integers."
+        )
+    return [dim for dim in dims if dim is not None]
+
+
+def _dim(value: Any) -> int | None:
+    """One dimension as pydantic's lax int reads it (3, 3.0, "3"); None when it is none."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
+        value = int(value)
+    return value if isinstance(value, int) and value >= 0 else None
 
 
 def _v2_output(name: str, value: Any) -> dict[str, Any]:

@@ -60,6 +60,8 @@ def json_args(body: bytes) -> dict[str, Any]:
         data = json.loads(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise BadRequest(f"Invalid JSON body: {exc}") from None
+    except RecursionError:
+        raise BadRequest("Invalid JSON body: it nests too deeply.") from None
     if not isinstance(data, dict):
         raise BadRequest("The JSON body must be an object of register parameters.")
     return data
