@@ -21,14 +21,16 @@ A model that fails is logged and skipped: the other models still start.
 from __future__ import annotations
 
 import logging
+import tarfile
 import urllib.parse
+import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .archive import inspect_archive
-from .errors import ModelNotFound
+from .errors import ModelNotFound, ServeError
 from .models import RegisterParams
 from .registry import ModelRegistry
 from .registry.sources import archive_stem
@@ -106,8 +108,8 @@ def model_identity(url: str, model_store: Path) -> tuple[str, str | None]:
     stem = archive_stem(Path(PurePosixPath(urllib.parse.urlsplit(url).path).name or url))
     try:
         manifest = inspect_archive(path).manifest
-    except (OSError, ValueError):
-        return stem, None
+    except (OSError, ValueError, ServeError, zipfile.BadZipFile, tarfile.TarError):
+        return stem, None  # the register that follows reports what is wrong with it
     if manifest is None:
         return stem, None
     return manifest.model.model_name or stem, manifest.model.model_version or None

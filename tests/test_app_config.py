@@ -10,7 +10,9 @@ served by real worker processes (no torch: they start in well under a second).
 from __future__ import annotations
 
 import asyncio
+import io
 import json
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -174,6 +176,18 @@ def test_model_identity_reads_the_manifest_else_the_url(store: Path) -> None:
     assert model_identity(str(store / "pair.mar"), store) == ("pair", "1.0")
     assert model_identity("https://host/path/remote.mar", store) == ("remote", None)
     assert model_identity("absent.tar.gz", store) == ("absent", None)
+    (store / "broken.mar").write_bytes(b"PK\x03\x04 not a zip at all")
+    (store / "bomb.mar").write_bytes(_manifest_too_large())
+    assert model_identity("broken.mar", store) == ("broken", None)  # the register says why
+    assert model_identity("bomb.mar", store) == ("bomb", None)
+
+
+def _manifest_too_large() -> bytes:
+    """A zip whose MAR-INF/MANIFEST.json is over the manifest size cap."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("MAR-INF/MANIFEST.json", " " * (4 << 20))
+    return buffer.getvalue()
 
 
 def test_startup_models_get_at_least_one_worker() -> None:
