@@ -45,10 +45,16 @@ class IrisDemo:
         self.model.eval()
 
     def handle(self, data, context):
+        if _describing(context):  # GET models/demo?customized=true
+            return [{"model": "iris classifier", "inputs": "4 features", "labels": LABELS}]
         rows = [_features(row.get("data") or row.get("body")) for row in data]
         with torch.inference_mode():
             probs = torch.softmax(self.model(torch.tensor(rows, dtype=torch.float32)), dim=1)
         return [{label: round(p, 4) for label, p in zip(LABELS, row)} for row in probs.tolist()]
+
+
+def _describing(context):
+    return context is not None and context.get_request_header(0, "describe") == "True"
 
 
 def _features(value):

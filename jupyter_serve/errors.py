@@ -34,15 +34,26 @@ class ServeError(Exception):
     status_code: ClassVar[int] = 500
     error_type: ClassVar[str] = "InternalServerException"
 
-    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, status_code: int | None = None, cause: str | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
+        self.cause = cause
         if status_code is not None:
             self.status_code = status_code  # type: ignore[misc]
 
     def to_json(self) -> dict[str, Any]:
-        """The TorchServe error body."""
-        return {"code": self.status_code, "type": self.error_type, "message": self.message}
+        """The TorchServe error body; `cause` (one line: why) only when there is one, beside
+        TorchServe's own message, which stays exactly TorchServe's."""
+        body: dict[str, Any] = {
+            "code": self.status_code,
+            "type": self.error_type,
+            "message": self.message,
+        }
+        if self.cause:
+            body["cause"] = self.cause
+        return body
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.message!r}, status_code={self.status_code})"

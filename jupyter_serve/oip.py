@@ -7,6 +7,7 @@ into v2 tensors with these.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 
@@ -35,3 +36,13 @@ def datatype(values: list[Any]) -> str:
     if values and all(isinstance(v, int) for v in values):
         return "INT64"
     return "FP64"
+
+
+def typed_data(values: list[Any]) -> tuple[str, list[Any]]:
+    """(datatype, data) of a tensor's flattened values, as the Open Inference Protocol has
+    them: numbers and booleans as they are; anything else (a handler's dicts, None,
+    strings) makes a BYTES tensor whose elements are strings (JSON for non-strings)."""
+    scalar = all(isinstance(v, int | float) for v in values)
+    if scalar:
+        return datatype(values), values
+    return "BYTES", [v if isinstance(v, str) else json.dumps(v) for v in values]

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from jupyter_serve.archive import inspect_archive
 from jupyter_serve.demo import DEMO_MODEL, DEMO_VERSION, HANDLER_SOURCE, build_demo
+from jupyter_serve.models import RegisterParams
 
 
 def test_build_demo_writes_a_torchserve_archive_and_replaces_an_old_one(tmp_path: Path) -> None:
@@ -49,3 +52,13 @@ def test_demo_handler_classifies_iris_in_every_input_shape() -> None:
     ]
     assert all(sorted(scores) == ["setosa", "versicolor", "virginica"] for scores in answers)
     assert all(abs(sum(scores.values()) - 1) < 1e-3 for scores in answers)
+
+
+async def test_the_demo_answers_a_customized_describe(jp_fetch: Any, jp_serverapp: Any) -> None:
+    store = Path(jp_serverapp.web_app.settings["serve_app"].model_store)
+    build_demo(store)
+    registry = jp_serverapp.web_app.settings["serve_registry"]
+    await registry.register("demo.mar", RegisterParams(initial_workers=1, startup_timeout=60))
+    response = await jp_fetch("serve", "models", "demo", params={"customized": "true"})
+    [model] = json.loads(response.body)
+    assert model["customizedMetadata"]["labels"] == ["setosa", "versicolor", "virginica"]

@@ -236,6 +236,7 @@ def test_failed_start_unregisters_and_scale_failure_is_500(
             await registry.register(url, params(initial_workers=1))
         assert raised.value.status_code == 500
         assert raised.value.message == "Failed to start workers for model broken version: 1.0"
+        assert raised.value.to_json()["cause"] == "RuntimeError: cannot load"
         with pytest.raises(ModelNotFound):
             registry.get("broken")
         assert not (registry.config.workdir / "broken").exists() or not any(

@@ -12,7 +12,7 @@ import pytest
 from route_models import STREAM, register, serve_state, server_config
 from tornado.httpclient import HTTPClientError, HTTPResponse
 
-from jupyter_serve.oip import flatten
+from jupyter_serve.oip import flatten, typed_data
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
 JSON = "application/json"
@@ -165,7 +165,8 @@ async def test_v2_handler_sees_the_input_reshaped(jp_fetch: Fetch, jp_serverapp:
     uuid.UUID(body["id"])  # no "id" in the request: the request id answers
     [output] = body["outputs"]
     assert output["name"] == "x"
-    [seen] = output["data"]  # the probe's dict, as the only element of the flattened output
+    assert output["datatype"] == "BYTES"  # the probe's dict, as one JSON element
+    seen = json.loads(output["data"][0])
     assert seen["row"]["data"] == [[1, 2], [3, 4]]
     assert seen["keys"] == ["data", "datatype", "name", "shape"]
 
@@ -297,3 +298,23 @@ async def test_deep_but_parsable_v2_data_is_flattened_without_recursion(
     response = await jp_fetch("serve", "v2", "models", "probe", "infer", method="POST",
                               body=body, headers={"Content-Type": JSON})  # fmt: skip
     assert json.loads(response.body)["outputs"][0]["data"] == [1]
+
+
+async def test_v2_outputs_that_are_not_numbers_are_bytes_tensors_of_json(
+    jp_fetch: Fetch, jp_serverapp: Any
+) -> None:
+    await register(jp_serverapp)
+    tensor = {"name": "x", "shape": [1], "datatype": "INT64", "data": [5]}
+    body = await post_json(jp_fetch, "v2", "models", "probe", "infer", data={"inputs": [tensor]},
+                           mode="seen")  # fmt: skip
+    [output] = body["outputs"]
+    assert output["datatype"] == "BYTES"
+    assert all(isinstance(item, str) for item in output["data"])
+    assert json.loads(output["data"][0])["batch"] == 1  # the handler's dict, as JSON text
+
+
+def test_typed_data_follows_the_open_inference_protocol() -> None:
+    assert typed_data([1, 2]) == ("INT64", [1, 2])
+    assert typed_data([1.5, 2]) == ("FP64", [1.5, 2])
+    assert typed_data([True, False]) == ("BOOL", [True, False])
+    assert typed_data(["a", {"b": 1}, None, 3]) == ("BYTES", ["a", '{"b": 1}', "null", "3"])

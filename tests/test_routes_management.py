@@ -296,14 +296,16 @@ async def test_synchronous_scale_of_a_failing_handler_is_500(
     jp_fetch: Fetch, build: Callable[..., str]
 ) -> None:
     assert (await register(jp_fetch, build("broken", source=BROKEN)))[0] == 200
-    assert await call(jp_fetch, "PUT", "models", "broken", min_worker="1", synchronous="true") == (
-        error(
-            500, "InternalServerException", "Failed to start workers for model broken version: null"
-        )
-    )
-    assert await register(jp_fetch, build("broken2", source=BROKEN), initial_workers="1") == error(
+    why = {"cause": "RuntimeError: cannot load"}  # the handler's error, one line, beside
+    status, body = await call(jp_fetch, "PUT", "models", "broken", min_worker="1",
+                              synchronous="true")  # fmt: skip
+    assert (status, body) == (500, {**error(
+        500, "InternalServerException", "Failed to start workers for model broken version: null"
+    )[1], **why})  # fmt: skip
+    status, body = await register(jp_fetch, build("broken2", source=BROKEN), initial_workers="1")
+    assert (status, body) == (500, {**error(
         500, "InternalServerException", "Failed to start workers for model broken2 version: 1.0"
-    )
+    )[1], **why})  # fmt: skip
 
 
 class PartialPool:

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from itertools import chain
 from typing import Any
 
-from ..oip import datatype, flatten
+from ..oip import flatten, typed_data
 
 HandleFn = Callable[[Any, Any], Any]
 
@@ -179,8 +179,8 @@ def _tensor(name: str, value: Any) -> dict[str, Any]:
     while isinstance(level, list | tuple):
         shape.append(len(level))
         level = level[0] if level else None
-    flat = flatten(value)
-    return {"name": name, "shape": shape, "datatype": datatype(flat), "data": flat}
+    kind, data = typed_data(flatten(value))
+    return {"name": name, "shape": shape, "datatype": kind, "data": data}
 
 
 ENVELOPES: dict[str, type[BaseEnvelope]] = {

@@ -394,9 +394,20 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _start_failure(result: ScaleResult, name: str, version: str) -> ServeError:
+    """TorchServe's "Failed to start workers" error, with the first worker's reason (the
+    last line of its traceback: the handler's exception) as the answer's `cause`."""
     status = 507 if any(error.status_code == 507 for error in result.failures) else 500
     message = f"Failed to start workers for model {name} version: {version}"
-    return ServeError(message, status_code=status)
+    return ServeError(message, status_code=status, cause=_load_cause(result))
+
+
+def _load_cause(result: ScaleResult) -> str | None:
+    for failure in result.failures:
+        lines = [line.strip() for line in failure.traceback.splitlines() if line.strip()]
+        cause = lines[-1] if lines else failure.message
+        if cause:
+            return cause[:300]
+    return None
 
 
 async def _dispose(model: Model) -> None:

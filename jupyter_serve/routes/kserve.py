@@ -37,7 +37,7 @@ from typing import Any
 
 from .._version import __version__
 from ..errors import BadRequest
-from ..oip import datatype, flatten
+from ..oip import flatten, typed_data
 from ..protocol import InferenceRequest, InferenceResult, Parameter
 from ..registry import Model
 from .access import EXECUTE, READ, allow
@@ -146,8 +146,8 @@ def _dim(value: Any) -> int | None:
 
 
 def _v2_output(name: str, value: Any) -> dict[str, Any]:
-    flat = flatten(value)
-    return {"name": name, "shape": [len(flat)], "datatype": datatype(flat), "data": flat}
+    kind, data = typed_data(flatten(value))
+    return {"name": name, "shape": [len(data)], "datatype": kind, "data": data}
 
 
 class KServeRoute(InferenceRoute):
