@@ -1,6 +1,6 @@
 """Benchmark jupyter_serve against TorchServe 0.12 and the in-process limit, in one run.
 
-    python bench/run.py [--quick] [--no-torchserve] [--no-omp1] --out results.json
+    python bench/run.py [--quick] [--no-torchserve] [--no-omp1] [--soak] --out results.json
 
 Builds echo / mlp / cnn `.mar` files once with jupyter_serve's archiver and
 serves the SAME files from `jupyter serve` and from TorchServe 0.12.0 (its own
@@ -43,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import loadgen
 import report
 import servers
+import soak
 import workloads
 
 CONFIGS = {"batch1/1w": (1, 5, 1), "batch8-5ms/1w": (8, 5, 1), "batch8/2w": (8, 5, 2)}
@@ -337,6 +338,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, default=3.0, help="per point (cnn: twice)")
     parser.add_argument("--rate", type=float, help="add an open-loop echo point at this req/s")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs)")
+    parser.add_argument("--soak", action="store_true", help="then soak: bench/soak.py's report")
+    soak.add_arguments(parser)
     args = parser.parse_args(argv)
     if args.omp1 is None:
         args.omp1 = not args.quick
@@ -350,6 +353,8 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="jupyter_serve_bench_"))
     try:
         results = Runner(args, work).run()
+        if args.soak:
+            results["soak"] = soak.soak(work / "soak", args)
     finally:
         if args.keep:
             print(f"work folder kept: {work}", file=sys.stderr)
