@@ -59,7 +59,8 @@ EXECUTE_ROUTES = {
 }
 WRITES = {("ModelsRoute", "POST"), ("ModelRoute", "PUT"), ("ModelRoute", "DELETE"),
           ("SetDefaultRoute", "PUT"),
-          ("KeysRoute", "GET"), ("KeysRoute", "POST"), ("KeyRoute", "DELETE")}  # fmt: skip
+          ("KeysRoute", "GET"), ("KeysRoute", "POST"), ("KeyRoute", "DELETE"),
+          ("ModelStoreRoute", "PUT")}  # fmt: skip
 
 
 def expected_action(route: type[Any], verb: str) -> str:

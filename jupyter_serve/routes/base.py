@@ -125,9 +125,14 @@ class ServeRoute(ExtensionHandlerMixin, APIHandler):
         """jupyter_server's checks first (host, auth, XSRF, origin), then 413 for a body over
         `max_request_size` on every route, as TorchServe's frontend refuses it."""
         await super().prepare()
-        too_large = request_size_error(self.request, self.settings)
+        too_large = self.body_size_error()
         if too_large is not None:
             raise too_large
+
+    def body_size_error(self) -> ServeError | None:
+        """The 413 for this request's body, checked by `prepare`: over `max_request_size`.
+        A route taking larger bodies overrides it with its own limit (routes/store.py)."""
+        return request_size_error(self.request, self.settings)
 
     @property
     def identity_provider(self) -> Any:

@@ -35,6 +35,7 @@ _ERROR = {
 }
 _JSON_OK = {"description": "OK", "content": {"application/json": {"schema": {"type": "object"}}}}
 _BINARY = {"*/*": {"schema": {"type": "string", "format": "binary"}}}
+_ARCHIVE = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
 _BODY = {"description": "Input data format is defined by each model.", "content": _BINARY}
 _PARAMS: dict[str, tuple[str, str, str]] = {
     # name: (where, type, description)
@@ -64,6 +65,8 @@ _PARAMS: dict[str, tuple[str, str, str]] = {
     "name": ("query", "string", "A label for the new inference key."),
     "models": ("query", "string", "Models the key may run, comma-separated (default: all)."),
     "key_id": ("path", "string", "Id of an inference key."),
+    "file_name": ("path", "string", "Archive file name: .mar, .tar.gz, .tgz or .zip."),
+    "overwrite": ("query", "boolean", "Replace an archive of that name (else 409)."),
 }
 """Keys are parameter names; `name@where` tells two parameters of one name apart."""
 
@@ -190,6 +193,14 @@ def _paths() -> dict[str, dict[str, Any]]:
             "post": _op("createKey", "Mint a key (its secret is shown once).", _KEY),
         },
         "/keys/{key_id}": {"delete": _op("revokeKey", "Revoke an inference key.", ("key_id",))},
+        "/model-store/{file_name}": {
+            "put": _op(
+                "uploadArchive",
+                "Save the body (an archive) in the model store; 201 new, 409 taken.",
+                ("file_name", "overwrite"),
+                requestBody={"description": "The archive.", "content": _ARCHIVE},
+            )
+        },
     }
 
 

@@ -1,0 +1,173 @@
+"""`PUT model-store/{file}`: an archive sent in the body, saved into the model store.
+
+jupyter_serve's own route (TorchServe has none): how a kernel registers an archive
+it built when the server cannot read the kernel's disk (`%serve connect` to another
+machine, a relative path of the notebook's folder). The client uploads the file,
+then registers it by its store name (`POST models?url=x.mar`).
+
+* the name is a plain file name ending in ``.mar``, ``.tar.gz``, ``.tgz`` or ``.zip``
+  (no path separator, no ``..``, at most 200 characters), else 400;
+* the raw body is the archive, streamed to a hidden temporary file in the store
+  (never held in memory) and moved into place at the end, so no one ever sees half
+  an archive; a body over `ServeApp.max_download_size` (0: no cap) answers 413;
+* a name already in the store answers 409 `ConflictStatusException` unless
+  ``?overwrite=true``, or unless the stored file has the very same bytes (an
+  unchanged archive sent again: 200);
+* 201 `{"status", "url"}` for a new file, 200 when replaced or unchanged.
+
+Authorization (`write`) is asked in `prepare`, before a byte is written, and again
+by the verb, as on every route. With `ServeApp.enable_model_api` off it answers 405.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import filecmp
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import IO, Any
+
+from tornado import web
+
+from ..errors import BadRequest, ConflictStatus, ServeError
+from .access import WRITE, allow
+from .exchange import RequestTooLarge
+from .management import ManagementRoute
+from .params import bool_arg
+
+SUFFIXES = (".mar", ".tar.gz", ".tgz", ".zip")
+MAX_NAME = 200
+_NAME = re.compile(r"[^/\\\x00-\x1f]+")
+NO_LIMIT = 2**62  # tornado's body limit when `max_download_size` is 0
+
+
+def check_store_name(name: str) -> str:
+    """`name` when it is a plain archive file name, else 400 (module docstring)."""
+    plain = _NAME.fullmatch(name) and ".." not in name and not name.startswith(".")
+    stem_ok = any(name.endswith(s) and len(name) > len(s) for s in SUFFIXES)
+    if not (plain and stem_ok and len(name) <= MAX_NAME):
+        raise BadRequest(
+            f"Invalid archive name {name[:MAX_NAME]!r}: expected a plain file name ending in "
+            f".mar, .tar.gz, .tgz or .zip, of at most {MAX_NAME} characters."
+        )
+    return name
+
+
+class Upload:
+    """One archive being received: a hidden temporary file in the store, then the file."""
+
+    def __init__(self, target: Path, limit: int) -> None:
+        self.target, self.limit, self.size = target, limit, 0
+        fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
+        self.temp = Path(temp)
+        self.file: IO[bytes] = os.fdopen(fd, "wb")
+
+    @property
+    def too_large(self) -> bool:
+        return bool(self.limit) and self.size > self.limit
+
+    def write(self, chunk: bytes) -> None:
+        """Append `chunk`; past the limit the rest is counted and dropped."""
+        self.size += len(chunk)
+        if not self.too_large:
+            self.file.write(chunk)
+
+    def commit(self, overwrite: bool) -> str:
+        """Move the file into place; "created", "replaced" or "unchanged" (409: other bytes)."""
+        self.file.close()
+        try:
+            if overwrite:
+                existed = self.target.exists()
+                os.replace(self.temp, self.target)
+                return "replaced" if existed else "created"
+            return self._create()
+        finally:
+            self.discard()
+
+    def _create(self) -> str:
+        try:
+            os.link(self.temp, self.target)  # atomic, and never over an existing file
+        except FileExistsError:
+            if filecmp.cmp(self.temp, self.target, shallow=False):
+                return "unchanged"
+            raise ConflictStatus(
+                f"Archive {self.target.name} already exists in the model store with other "
+                "content; send it with overwrite=true to replace it."
+            ) from None
+        return "created"
+
+    def discard(self) -> None:
+        """Close and remove the temporary file (nothing once committed)."""
+        self.file.close()
+        self.temp.unlink(missing_ok=True)
+
+
+_SAID = {
+    "created": "Archive {} saved in the model store.",
+    "replaced": "Archive {} replaced in the model store.",
+    "unchanged": "Archive {} is already in the model store, unchanged.",
+}
+
+
+@web.stream_request_body
+class ModelStoreRoute(ManagementRoute):
+    """`PUT model-store/{file}`: save the body as `{file}` in the model store."""
+
+    upload: Upload | None = None
+
+    @property
+    def limit(self) -> int:
+        """The largest body, `ServeApp.max_download_size` (0: no cap)."""
+        return int(self.settings["serve_app"].max_download_size)
+
+    def body_size_error(self) -> ServeError | None:
+        announced = self.request.headers.get("Content-Length", "")
+        if self.limit and announced.isdigit() and int(announced) > self.limit:
+            return RequestTooLarge(f"Request size exceeds the limit of {self.limit} bytes.")
+        return None
+
+    async def prepare(self) -> None:  # type: ignore[override]
+        await super().prepare()
+        if self.request.method == "PUT":
+            await self.begin(*self.path_args)  # authorized: a coroutine
+
+    @allow(WRITE)
+    def begin(self, file_name: str) -> None:
+        """Checked before the body is read: who asks, the model API, the name."""
+        self.check_model_api()
+        store = Path(self.settings["serve_app"].model_store)
+        store.mkdir(parents=True, exist_ok=True)
+        target = store / check_store_name(file_name)
+        self.request.connection.set_max_body_size(self.limit or NO_LIMIT)  # type: ignore[union-attr]
+        self.upload = Upload(target, self.limit)
+
+    def data_received(self, chunk: bytes) -> None:
+        if self.upload is not None:  # None: refused in prepare, the body is dropped
+            self.upload.write(chunk)
+
+    @allow(WRITE)
+    async def put(self, file_name: str) -> None:
+        upload = self.upload
+        if upload is None:  # prepare always starts one for a PUT it lets through
+            raise ServeError("No upload in progress.")
+        if upload.too_large:
+            raise RequestTooLarge(f"Request size exceeds the limit of {self.limit} bytes.")
+        overwrite = bool_arg(self.query(), "overwrite", False)
+        outcome = await asyncio.to_thread(upload.commit, overwrite)
+        answer = {"status": _SAID[outcome].format(file_name), "url": file_name}
+        self.write_json(answer, 201 if outcome == "created" else 200)
+
+    def on_finish(self) -> None:
+        if self.upload is not None:
+            self.upload.discard()
+
+    def on_connection_close(self) -> None:
+        super().on_connection_close()
+        self.on_finish()
+
+
+ROUTES: list[tuple[str, type[Any]]] = [
+    (r"model-store/([^/]+)", ModelStoreRoute),
+]
