@@ -68,7 +68,11 @@ class Counts:
 
 
 def _span(values: list[float]) -> dict[str, float]:
-    return {"start": values[0], "end": values[-1], "max": max(values)}
+    """Before the load, at its first sample (the clients' sockets open), at the end, and
+    the growth under load: what a leak per killed worker or failed request would show."""
+    loaded = values[1] if len(values) > 1 else values[0]
+    return {"idle": values[0], "loaded": loaded, "end": values[-1], "max": max(values),
+            "growth_under_load": round(values[-1] - loaded, 1)}  # fmt: skip
 
 
 async def client(load: loadgen.Target, counts: Counts, deadline: float, hang: float) -> None:
