@@ -14,6 +14,12 @@ and talk to it over HTTP with the server's token. Discovery order:
 
 The runtime files are read directly: importing `jupyter_server.serverapp` in a
 kernel costs seconds (tech-notes.md). Standard library only (urllib).
+
+`ServeClient.register` takes a path of the kernel's machine too: an archive the
+server may read where it is (the same machine: its model store, a
+`jupyter_serve_work` folder) is registered there; any other is uploaded into the
+server's model store first (`PUT model-store/{file}`, `ServeClient.upload`) and
+registered by its store name, so it works against a server on another machine.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 URL_ENV = "JUPYTER_SERVE_URL"
 TOKEN_ENV = "JUPYTER_SERVE_TOKEN"
@@ -38,13 +44,26 @@ class ServerNotFound(Exception):
 
 
 class ServeClientError(Exception):
-    """The server answered with an error: TorchServe's `{"code", "type", "message"}`."""
+    """The server answered with an error: TorchServe's `{"code", "type", "message"}`, and
+    jupyter_serve's one-line `cause` when the body has one."""
 
-    def __init__(self, status: int, error_type: str, message: str) -> None:
+    def __init__(
+        self, status: int, error_type: str, message: str, cause: str | None = None
+    ) -> None:
         super().__init__(f"{status} {error_type}: {message}")
         self.status = status
         self.error_type = error_type
         self.message = message
+        self.cause = cause
+
+
+class UploadError(ServeClientError):
+    """Uploading a local archive into the server's model store failed (its message says
+    which file)."""
+
+
+class NotAnArchive(ValueError):
+    """A local register path that is a folder: only archive files can be uploaded."""
 
 
 @dataclass(frozen=True)
@@ -192,11 +211,13 @@ class ServeClient:
         path: str,
         *,
         params: Mapping[str, Any] | None = None,
-        body: bytes | None = None,
+        body: bytes | IO[bytes] | None = None,
         content_type: str | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> Response:
-        """Send one request to `{url}serve/{path}`; raise `ServeClientError` on >= 400."""
+        """Send one request to `{url}serve/{path}`; raise `ServeClientError` on >= 400.
+
+        A file `body` is streamed (give its Content-Length in `headers`)."""
         url = urllib.parse.urljoin(self.server.serve_url, path)
         query = {k: _param(v) for k, v in (params or {}).items() if v is not None}
         if query:
@@ -227,8 +248,64 @@ class ServeClient:
         models: list[dict[str, Any]] = self.request_json("GET", "models")["models"]
         return models
 
-    def register(self, url: str, **params: Any) -> dict[str, Any]:
+    def register(self, url: str, *, overwrite: bool = False, **params: Any) -> dict[str, Any]:
+        """Register `url`: a name in the server's model store, an http(s) url, or a path of
+        this machine (module docstring).
+
+        Args:
+            url: What to register; an existing local file is this machine's file.
+            overwrite: Replace an archive of the same name but other content in the model
+                store when the file must be uploaded (else `UploadError` 409).
+            **params: TorchServe's register parameters (model_name, initial_workers, ...).
+
+        Returns:
+            The server's answer; with "uploaded": the store name when it was uploaded.
+
+        Raises:
+            NotAnArchive: `url` is a local folder (build an archive of it first).
+            UploadError: the upload was refused.
+            ServeClientError: the register was refused.
+        """
+        local = local_archive(url)
+        if local is None:
+            return self._register(url, params)
+        try:
+            return self._register(str(local), params)  # the server may read it where it is
+        except ServeClientError as error:
+            if error.status != 404:
+                raise
+        stored = self.upload(local, overwrite=overwrite)["url"]
+        return {**self._register(stored, params), "uploaded": stored}
+
+    def _register(self, url: str, params: Mapping[str, Any]) -> dict[str, Any]:
         result: dict[str, Any] = self.request_json("POST", "models", params={"url": url, **params})
+        return result
+
+    def upload(
+        self, path: str | os.PathLike[str], name: str | None = None, *, overwrite: bool = False
+    ) -> dict[str, Any]:
+        """Stream a local archive into the server's model store as `name` (its file name).
+
+        Returns:
+            `{"status": ..., "url": store name}`; register that url.
+
+        Raises:
+            UploadError: refused (400 a name that is not an archive's, 409 taken by other
+                content unless `overwrite`, 413 over the server's `max_download_size`).
+        """
+        local = Path(path)
+        target = name or local.name
+        store_path = "model-store/" + urllib.parse.quote(target, safe="")
+        size = {"Content-Length": str(local.stat().st_size)}
+        try:
+            with local.open("rb") as body:
+                result: dict[str, Any] = self.request_json(
+                    "PUT", store_path, params={"overwrite": overwrite or None}, body=body,
+                    content_type="application/octet-stream", headers=size,
+                )  # fmt: skip
+        except ServeClientError as error:
+            message = f"uploading {local.name}: {error.message}"
+            raise UploadError(error.status, error.error_type, message, error.cause) from None
         return result
 
     def scale(self, name: str, version: str | None = None, **params: Any) -> dict[str, Any]:
@@ -299,6 +376,21 @@ def key_table(keys: Iterable[Mapping[str, Any]]) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
+def local_archive(url: str) -> Path | None:
+    """The absolute path of `url` when it names an existing file of this machine (relative
+    to the working directory, or absolute), else None: a store name or a url goes to the
+    server unchanged. A folder raises `NotAnArchive`."""
+    if "://" in url:
+        return None
+    path = Path(url).expanduser()
+    if path.is_dir():
+        raise NotAnArchive(
+            f"{url} is a folder: build an archive of it first (`%mar build`, or "
+            "jupyter-serve-archiver) and register the .mar file"
+        )
+    return path.resolve() if path.is_file() else None
+
+
 def _model_path(name: str, version: str | None, route: str = "models") -> str:
     parts = [route, urllib.parse.quote(name, safe="")]
     if version:
@@ -326,5 +418,7 @@ def _client_error(status: int, body: bytes) -> ServeClientError:
     except ValueError:
         return ServeClientError(status, "HTTPError", body.decode("utf-8", "replace")[:500])
     if isinstance(data, dict) and "message" in data:
-        return ServeClientError(status, str(data.get("type", "")), str(data["message"]))
+        cause = data.get("cause")
+        message = str(data["message"])
+        return ServeClientError(status, str(data.get("type", "")), message, cause and str(cause))
     return ServeClientError(status, "HTTPError", str(data)[:500])

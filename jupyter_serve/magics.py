@@ -6,7 +6,7 @@
     %mar build <torch-model-archiver flags>      %mar inspect X.mar
     %serve connect URL [--token T]               %serve try NAME [DATA | --file F | --json J]
     %serve register URL [--model-name N] [--batch-size N] [--max-batch-delay MS]
-                        [--workers N] [--handler H]
+                        [--workers N] [--handler H] [--overwrite]
     %serve scale NAME --min N [--max M] [--version V]
     %serve unregister NAME [--version V]         %serve list      %serve describe NAME
     %serve logs NAME [--version V] [--lines N]   (recent worker output, tracebacks included)
@@ -16,6 +16,11 @@
 
 The handler cell is written to a file and runs from that file: notebook
 variables are NOT visible to it (workers are separate processes).
+
+`%serve register PATH` takes this kernel's files: an archive the server cannot read
+where it is gets uploaded into its model store first (`--overwrite` replaces one of
+the same name there). A failure prints one line (`failures.py`); `%serve --debug ...`
+shows the traceback instead.
 """
 
 from __future__ import annotations
@@ -40,10 +45,12 @@ from .client import (
     ServeClientError,
     ServerInfo,
     ServerNotFound,
+    UploadError,
     current_kernel_id,
     discover,
 )
 from .errors import ServeError
+from .failures import one_line_failures
 from .protocol import InferenceResult
 from .workspace import HandlerFolder
 
@@ -83,6 +90,7 @@ def _body_arguments(p: argparse.ArgumentParser) -> None:
 
 def _serve_parser() -> _Parser:
     p = _Parser(prog="%serve", add_help=False)
+    p.add_argument("--debug", action="store_true", help="Raise failures with a traceback.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     connect = sub.add_parser("connect")
     connect.add_argument("url")
@@ -97,6 +105,7 @@ def _serve_parser() -> _Parser:
         register.add_argument(flag)
     for flag in ("--batch-size", "--max-batch-delay", "--workers"):
         register.add_argument(flag, type=int)
+    register.add_argument("--overwrite", action="store_true")
     for name in ("scale", "unregister", "describe"):
         command = sub.add_parser(name)
         command.add_argument("name")
@@ -157,6 +166,12 @@ def _capture(outcome: dict[str, Any], function: Any, *args: Any, **kwargs: Any) 
         outcome["result"] = function(*args, **kwargs)
     except Exception as error:  # handed back to the magic's thread
         outcome["error"] = error
+
+
+def _version_taken(error: BaseException | None) -> bool:
+    """A register's 409 (this name and version are served), not an upload's."""
+    upload = isinstance(error, UploadError)
+    return isinstance(error, ServeClientError) and not upload and error.status == 409
 
 
 def request_body(args: argparse.Namespace) -> tuple[bytes, str]:
@@ -233,12 +248,18 @@ class ServeMagics(Magics):
             return
         print(f"Handler {args.name!r}: {entry} ({folder.path})")
         if args.serve:
-            self._serve_folder(folder, args)
+            with one_line_failures("Register", url=self.server_url):
+                self._serve_folder(folder, args)
+
+    @property
+    def server_url(self) -> str | None:
+        return self.server.url if self.server is not None else None
 
     def _serve_folder(self, folder: HandlerFolder, args: argparse.Namespace) -> None:
         mar = workspace.build_handler_mar(folder, folder.path.parent / "model_store")
         print(f"Built {mar}; starting {args.workers} worker(s)...")
         params = {
+            "overwrite": True,  # the cell is the source: its archive replaces an older one
             "model_name": folder.name,
             "batch_size": args.batch_size,
             "max_batch_delay": args.max_batch_delay,
@@ -254,7 +275,8 @@ class ServeMagics(Magics):
         """Register synchronously, streaming the workers' output while they load.
 
         On failure the rest of that output (the worker's traceback) follows the error.
-        Returns the HTTP status (409: this name and version are already registered).
+        Returns the HTTP status (409: this name and version are already registered); any
+        other failure is raised.
         """
         follower = LogFollower(self.client, name)
         outcome: dict[str, Any] = {}
@@ -266,22 +288,15 @@ class ServeMagics(Magics):
             follower.print_new()
         follower.print_new()
         error = outcome.get("error")
-        if isinstance(error, ServeClientError):
-            if error.status != 409:  # a conflict is for the caller to resolve
-                print(f"Register failed: HTTP {error.status} {error.message}")
-            return error.status
+        if _version_taken(error):  # for the caller to resolve
+            return 409
         if error is not None:
             raise error
-        print(outcome["result"].get("status", outcome["result"]))
+        result = outcome["result"]
+        if "uploaded" in result:
+            print(f"Uploaded {url} into the server's model store as {result['uploaded']}.")
+        print(result.get("status", result))
         return 200
-
-    def _print_logs(self, name: str, version: str | None, lines: int) -> None:
-        try:
-            found = fetch_logs(self.client, name, version, lines)
-        except ServeClientError as error:
-            print(f"No worker output: {error.message}")
-            return
-        print("\n".join(found) if found else "(no worker output)")
 
     @line_magic
     def mar(self, line: str) -> None:
@@ -303,7 +318,10 @@ class ServeMagics(Magics):
     def serve(self, line: str) -> Any:
         """Talk to the serving Jupyter server, or try a `%%handler` in this kernel."""
         args = _serve_parser().parse_args(shlex.split(line))
-        return getattr(self, f"_serve_{args.command}")(args)
+        what = args.command.capitalize() + (f" {args.action}" if args.command == "keys" else "")
+        with one_line_failures(what, debug=args.debug, url=self.server_url):
+            return getattr(self, f"_serve_{args.command}")(args)
+        return None
 
     def _serve_connect(self, args: argparse.Namespace) -> None:
         self.server = discover(args.url, args.token)
@@ -346,13 +364,14 @@ class ServeMagics(Magics):
         status = self._register(
             args.url, name, model_name=args.model_name, handler=args.handler,
             batch_size=args.batch_size, max_batch_delay=args.max_batch_delay,
-            initial_workers=args.workers,
+            initial_workers=args.workers, overwrite=args.overwrite,
         )  # fmt: skip
         if status == 409:
             print(f"Register failed: {name} is already registered with that version.")
 
     def _serve_logs(self, args: argparse.Namespace) -> None:
-        self._print_logs(args.name, args.version, args.lines)
+        found = fetch_logs(self.client, args.name, args.version, args.lines)
+        print("\n".join(found) if found else "(no worker output)")
 
     def _serve_scale(self, args: argparse.Namespace) -> None:
         answer = self.client.scale(

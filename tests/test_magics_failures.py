@@ -1,0 +1,166 @@
+"""`%serve` failures print one line, no traceback; `%serve register PATH` takes the kernel's files.
+
+Against a real in-process server: a 404 model, 400 parameters, 403, a server that is
+gone, the kernel's own mistakes (a missing file, malformed JSON, a folder), and
+`--debug`, which raises instead. The register tests run the kernel in a folder the
+server cannot read archives from (not below its root), as with a remote server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+from route_models import PROBE, register, serve_state, server_config
+
+from jupyter_serve.client import ServeClientError, ServerInfo
+
+
+@pytest.fixture
+def jp_server_config(tmp_path: Path) -> dict[str, Any]:
+    return server_config(tmp_path)
+
+
+@pytest.fixture
+def server(
+    jp_serverapp: Any, http_server_client: Any, jp_http_port: int, jp_base_url: str
+) -> ServerInfo:
+    url = f"http://localhost:{jp_http_port}{jp_base_url}"
+    return ServerInfo(url, jp_serverapp.identity_provider.token)
+
+
+@pytest.fixture
+def shell(
+    server: ServerInfo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[InteractiveShell]:
+    """The magics in a kernel whose working folder is outside the server's root."""
+    (tmp_path / "kernel").mkdir()
+    monkeypatch.chdir(tmp_path / "kernel")
+    ip = InteractiveShell.instance()
+    ip.run_line_magic("load_ext", "jupyter_serve")
+    ip.magics_manager.registry["ServeMagics"].server = server
+    yield ip
+    InteractiveShell.clear_instance()
+
+
+def point_at(shell: InteractiveShell, server: ServerInfo) -> None:
+    shell.magics_manager.registry["ServeMagics"].server = server
+
+
+async def one_line(shell: InteractiveShell, line: str, capsys: pytest.CaptureFixture[str]) -> str:
+    """What `%serve <line>` printed: exactly one line on stdout, nothing on stderr."""
+    assert await asyncio.to_thread(shell.run_line_magic, "serve", line) is None
+    shown = capsys.readouterr()
+    assert shown.err == ""
+    assert shown.out.count("\n") == 1, shown.out
+    return shown.out.rstrip("\n")
+
+
+NOT_FOUND = [
+    ("predict nope hi", "Predict failed: HTTP 404 "),
+    ("explain nope hi", "Explain failed: HTTP 404 "),
+    ("describe nope", "Describe failed: HTTP 404 "),
+    ("scale nope --min 1", "Scale failed: HTTP 404 "),
+    ("unregister nope", "Unregister failed: HTTP 404 "),
+    ("logs nope", "Logs failed: HTTP 404 "),
+    ("keys revoke nope", "Keys revoke failed: HTTP 404 Key not found: nope"),
+    ("register nope.mar", "Register failed: HTTP 404 Model not found in model store: nope.mar"),
+]
+
+
+@pytest.mark.parametrize(("line", "expected"), NOT_FOUND)
+async def test_an_unknown_model_is_one_line(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str], line: str, expected: str
+) -> None:
+    assert (await one_line(shell, line, capsys)).startswith(expected)
+
+
+async def test_bad_parameters_and_the_kernels_own_mistakes_are_one_line(
+    shell: InteractiveShell, jp_serverapp: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await register(jp_serverapp, workers=0)
+    scaled = await one_line(shell, "scale probe --min 3 --max 1", capsys)
+    assert scaled.startswith("Scale failed: HTTP 400 ")
+    malformed = await one_line(shell, "predict probe --json '{oops'", capsys)
+    assert malformed.startswith("Predict failed: --json is not JSON: ")
+    missing = await one_line(shell, "predict probe --file no-such.bin", capsys)
+    assert missing.startswith("Predict failed: [Errno 2] No such file or directory")
+    Path("folder_model").mkdir()
+    folder = await one_line(shell, "register folder_model", capsys)
+    assert folder.startswith("Register failed: folder_model is a folder: build an archive")
+
+
+async def test_refused_and_unreachable_servers_are_one_line(
+    shell: InteractiveShell, server: ServerInfo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    point_at(shell, ServerInfo(server.url, "wrong-token"))
+    for line in ("list", "predict probe hi", "unregister probe", "keys list"):
+        refused = await one_line(shell, line, capsys)
+        assert " failed: HTTP 403 " in refused, refused
+    gone = ServerInfo("http://127.0.0.1:9/")  # the discard port: nobody listens
+    point_at(shell, gone)
+    for line in ("list", "describe probe", "register nope.mar", "keys create"):
+        unreachable = await one_line(shell, line, capsys)
+        assert " failed: no answer from http://127.0.0.1:9/: " in unreachable, unreachable
+
+
+async def test_debug_raises_with_the_traceback(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(ServeClientError) as caught:
+        await asyncio.to_thread(shell.run_line_magic, "serve", "--debug predict nope hi")
+    assert caught.value.status == 404
+    assert capsys.readouterr().out == ""
+
+
+async def test_a_failed_load_shows_the_cause(
+    shell: InteractiveShell, jp_serverapp: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fails = "def handle(data, context):\n    raise RuntimeError('weights missing')\n"
+    await register(jp_serverapp, "fragile", source=fails, workers=0)
+    await asyncio.to_thread(shell.run_line_magic, "serve", "scale fragile --min 1")
+    out = capsys.readouterr().out
+    assert "Scale failed: HTTP " in out
+    assert "(cause: RuntimeError: weights missing)" in out
+
+
+def build(shell: InteractiveShell, body: str) -> None:
+    Path("probe.py").write_text(PROBE + body)
+    Path("ms").mkdir(exist_ok=True)
+    flags = "--model-name probe -v 1.0 --handler probe.py --export-path ms --force"
+    shell.run_line_magic("mar", f"build {flags}")
+
+
+async def test_register_of_a_kernel_path_uploads_it_into_the_model_store(
+    shell: InteractiveShell, jp_serverapp: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def serve(line: str) -> Any:
+        return asyncio.to_thread(shell.run_line_magic, "serve", line)
+
+    registry, store = serve_state(jp_serverapp)
+    build(shell, "")
+    assert capsys.readouterr().out.strip().endswith("ms/probe.mar")
+    await serve("register ms/probe.mar --workers 0")
+    out = capsys.readouterr().out
+    assert "Uploaded ms/probe.mar into the server's model store as probe.mar." in out
+    assert 'Model "probe" Version: 1.0 registered with 0 initial workers' in out
+    assert (store / "probe.mar").read_bytes() == Path("ms/probe.mar").read_bytes()
+    assert registry.get("probe").spec.model_url == "probe.mar"
+
+    await serve("unregister probe")
+    await serve(f"register {Path('ms/probe.mar').resolve()} --workers 0")  # the same bytes
+    assert "registered with 0 initial workers" in capsys.readouterr().out
+
+    await serve("unregister probe")
+    build(shell, "# edited\n")
+    capsys.readouterr()
+    taken = await one_line(shell, "register ms/probe.mar --workers 0", capsys)
+    assert taken.startswith("Register failed: HTTP 409 uploading probe.mar: Archive probe.mar")
+    assert "registered" not in taken
+    await serve("register ms/probe.mar --workers 0 --overwrite")
+    assert "registered with 0 initial workers" in capsys.readouterr().out
+    assert (store / "probe.mar").read_bytes() == Path("ms/probe.mar").read_bytes()
