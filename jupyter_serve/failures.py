@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import urllib.error
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from .client import NotAnArchive, ServeClientError, ServerNotFound
@@ -37,11 +37,14 @@ def failure_line(what: str, error: BaseException, url: str | None = None) -> str
 
 
 @contextmanager
-def one_line_failures(what: str, *, debug: bool = False, url: str | None = None) -> Iterator[None]:
-    """Print an honest mistake raised in the block as `failure_line` (raise it if `debug`)."""
+def one_line_failures(
+    what: str, server_url: Callable[[], str | None], *, debug: bool = False
+) -> Iterator[None]:
+    """Print an honest mistake raised in the block as `failure_line` (raise it if `debug`);
+    `server_url` says, once it failed, which server did not answer (`connect` changes it)."""
     try:
         yield
     except HONEST_MISTAKES as error:
         if debug:
             raise
-        print(failure_line(what, error, url))
+        print(failure_line(what, error, server_url()))

@@ -248,10 +248,9 @@ class ServeMagics(Magics):
             return
         print(f"Handler {args.name!r}: {entry} ({folder.path})")
         if args.serve:
-            with one_line_failures("Register", url=self.server_url):
+            with one_line_failures("Register", self.server_url):
                 self._serve_folder(folder, args)
 
-    @property
     def server_url(self) -> str | None:
         return self.server.url if self.server is not None else None
 
@@ -319,7 +318,7 @@ class ServeMagics(Magics):
         """Talk to the serving Jupyter server, or try a `%%handler` in this kernel."""
         args = _serve_parser().parse_args(shlex.split(line))
         what = args.command.capitalize() + (f" {args.action}" if args.command == "keys" else "")
-        with one_line_failures(what, debug=args.debug, url=self.server_url):
+        with one_line_failures(what, self.server_url, debug=args.debug):
             return getattr(self, f"_serve_{args.command}")(args)
         return None
 

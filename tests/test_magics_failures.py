@@ -106,6 +106,9 @@ async def test_refused_and_unreachable_servers_are_one_line(
     for line in ("list", "describe probe", "register nope.mar", "keys create"):
         unreachable = await one_line(shell, line, capsys)
         assert " failed: no answer from http://127.0.0.1:9/: " in unreachable, unreachable
+    point_at(shell, server)
+    connect = await one_line(shell, "connect http://127.0.0.1:9/ --token t", capsys)
+    assert connect.startswith("Connect failed: no answer from http://127.0.0.1:9/: ")
 
 
 async def test_debug_raises_with_the_traceback(

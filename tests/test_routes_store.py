@@ -140,3 +140,14 @@ async def test_with_the_model_api_off_it_is_405(jp_fetch: Fetch, jp_serverapp: A
     assert (await put(jp_fetch, "m.mar", b"data")).code == 405
     _, store = serve_state(jp_serverapp)
     assert list(store.iterdir()) == []
+
+
+async def test_the_body_streams_past_the_connections_buffered_body_limit(
+    jp_fetch: Fetch, jp_serverapp: Any, http_server: Any
+) -> None:
+    """The HTTP server's `max_body_size` (jupyter_server's trait, 512 MB) caps the bodies
+    it buffers; the upload streams to disk and raises it to `max_download_size`."""
+    http_server.conn_params.max_body_size = 1024
+    _, store = serve_state(jp_serverapp)
+    assert (await put(jp_fetch, "m.tgz", b"t" * 8192)).code == 201
+    assert (store / "m.tgz").read_bytes() == b"t" * 8192
