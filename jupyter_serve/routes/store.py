@@ -6,7 +6,7 @@ machine, a relative path of the notebook's folder). The client uploads the file,
 then registers it by its store name (`POST models?url=x.mar`).
 
 * the name is a plain file name ending in ``.mar``, ``.tar.gz``, ``.tgz`` or ``.zip``
-  (no path separator, no ``..``, at most 200 characters), else 400;
+  (no path separator, no ``..``, at most 200 bytes in UTF-8), else 400;
 * the raw body is the archive, streamed to a hidden temporary file in the store
   (never held in memory) and moved into place at the end, so no one ever sees half
   an archive; a body over `ServeApp.max_download_size` (0: no cap) answers 413;
@@ -47,10 +47,10 @@ def check_store_name(name: str) -> str:
     """`name` when it is a plain archive file name, else 400 (module docstring)."""
     plain = _NAME.fullmatch(name) and ".." not in name and not name.startswith(".")
     stem_ok = any(name.endswith(s) and len(name) > len(s) for s in SUFFIXES)
-    if not (plain and stem_ok and len(name) <= MAX_NAME):
+    if not (plain and stem_ok and len(name.encode("utf-8", "replace")) <= MAX_NAME):
         raise BadRequest(
             f"Invalid archive name {name[:MAX_NAME]!r}: expected a plain file name ending in "
-            f".mar, .tar.gz, .tgz or .zip, of at most {MAX_NAME} characters."
+            f".mar, .tar.gz, .tgz or .zip, of at most {MAX_NAME} bytes (UTF-8)."
         )
     return name
 
