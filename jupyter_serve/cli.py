@@ -32,8 +32,9 @@ from typing import Any
 from jupyter_server.serverapp import ServerApp
 
 from .app import ServeApp
-from .client import ServeClient, ServeClientError, ServerNotFound, discover, key_table
+from .client import ServeClient, ServeClientError, ServerNotFound, discover
 from .demo import DEMO_MODEL, build_demo
+from .keys import key_table
 
 __all__ = ["keys_main", "keys_parser", "main", "parser", "server_argv"]
 

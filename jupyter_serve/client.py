@@ -363,19 +363,6 @@ class ServeClient:
         return self.request("GET", "metrics" + (f"?{query}" if query else "")).body.decode()
 
 
-def key_table(keys: Iterable[Mapping[str, Any]]) -> str:
-    """Inference keys as a text table (the CLI's and the magic's listing)."""
-    rows = [("ID", "NAME", "MODELS", "CREATED")]
-    for key in keys:
-        models = ",".join(key.get("models") or ["(all)"])
-        rows.append((str(key["id"]), key.get("name") or "-", models, str(key.get("created"))))
-    if len(rows) == 1:
-        return "(no inference keys)"
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    lines = ("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows)
-    return "\n".join(line.rstrip() for line in lines)
-
-
 def local_archive(url: str) -> Path | None:
     """The absolute path of `url` when it names an existing file of this machine (relative
     to the working directory, or absolute), else None: a store name or a url goes to the

@@ -4,7 +4,8 @@ A key is shown once, when it is minted, and has the form ``jsk_<id>_<secret>``:
 ``<id>`` is 12 hex characters (the lookup index, not secret) and ``<secret>`` is
 `secrets.token_urlsafe(32)` (256 random bits). A key may scope itself to named
 models; without a scope it may run every model. Keys authorize only ``execute`` on
-``serve`` (routes/base.py); this module knows nothing of HTTP.
+``serve`` (routes/base.py); this module knows nothing of HTTP. `key_table` is the
+text listing of keys that `jupyter serve keys list` prints.
 
 The store is ``keys.json`` in `ServeApp.workdir` (next to ``snapshot.json``),
 rewritten atomically on every change (a temporary file in the same folder, mode
@@ -41,7 +42,7 @@ import os
 import re
 import secrets
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -211,3 +212,16 @@ def _write_atomic(path: Path, text: str) -> None:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def key_table(keys: Iterable[Mapping[str, Any]]) -> str:
+    """Inference keys as a text table (the CLI's and the magic's listing)."""
+    rows = [("ID", "NAME", "MODELS", "CREATED")]
+    for key in keys:
+        models = ",".join(key.get("models") or ["(all)"])
+        rows.append((str(key["id"]), key.get("name") or "-", models, str(key.get("created"))))
+    if len(rows) == 1:
+        return "(no inference keys)"
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    lines = ("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows)
+    return "\n".join(line.rstrip() for line in lines)

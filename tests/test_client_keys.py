@@ -20,8 +20,8 @@ from jupyter_serve.client import (
     ServerInfo,
     ServerNotFound,
     discover,
-    key_table,
 )
+from jupyter_serve.keys import key_table
 
 
 @pytest.fixture
