@@ -34,6 +34,18 @@ def http_server(http_server: Any, jp_serverapp: Any) -> Iterator[Any]:
 
 
 @pytest.fixture
+def live_server(
+    jp_serverapp: Any, http_server_client: Any, jp_http_port: int, jp_base_url: str
+) -> Any:
+    """The in-process server as a kernel's client finds it: its URL and token (a
+    `ServerInfo`), for tests of the client, the CLI and the magics."""
+    from jupyter_serve.client import ServerInfo
+
+    url = f"http://localhost:{jp_http_port}{jp_base_url}"
+    return ServerInfo(url, jp_serverapp.identity_provider.token)
+
+
+@pytest.fixture
 def model_inputs(tmp_path: Path) -> Path:
     """A folder with everything torch-model-archiver users pass: files, folders, junk to skip."""
     src = tmp_path / "src"

@@ -20,12 +20,9 @@ def jp_server_config(tmp_path: Path) -> dict[str, Any]:
 
 
 @pytest.fixture
-def server(
-    jp_serverapp: Any, http_server_client: Any, jp_http_port: int, jp_base_url: str
-) -> list[str]:
+def server(live_server: Any) -> list[str]:
     """`--url U --token T` of the in-process server."""
-    url = f"http://localhost:{jp_http_port}{jp_base_url}"
-    return ["--url", url, "--token", jp_serverapp.identity_provider.token]
+    return ["--url", live_server.url, "--token", live_server.token]
 
 
 async def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -30,9 +30,8 @@ def jp_server_config(tmp_path: Path) -> dict[str, Any]:
 
 
 @pytest.fixture
-def client(jp_serverapp: Any, http_server_client: Any, jp_http_port: int, jp_base_url: str) -> Any:
-    token = jp_serverapp.identity_provider.token
-    return ServeClient(ServerInfo(f"http://localhost:{jp_http_port}{jp_base_url}", token))
+def client(live_server: ServerInfo) -> ServeClient:
+    return ServeClient(live_server)
 
 
 async def test_create_list_and_revoke_keys(client: ServeClient) -> None:

@@ -26,11 +26,8 @@ def jp_server_config(tmp_path: Path) -> dict[str, Any]:
 
 
 @pytest.fixture
-def server(
-    jp_serverapp: Any, http_server_client: Any, jp_http_port: int, jp_base_url: str
-) -> ServerInfo:
-    url = f"http://localhost:{jp_http_port}{jp_base_url}"
-    return ServerInfo(url, jp_serverapp.identity_provider.token)
+def server(live_server: ServerInfo) -> ServerInfo:
+    return live_server
 
 
 @pytest.fixture

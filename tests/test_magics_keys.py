@@ -21,15 +21,11 @@ def jp_server_config(tmp_path: Path) -> dict[str, Any]:
 
 
 @pytest.fixture
-def shell(
-    jp_serverapp: Any, http_server_client: Any, jp_http_port: int, jp_base_url: str
-) -> Iterator[InteractiveShell]:
+def shell(live_server: ServerInfo) -> Iterator[InteractiveShell]:
     """A shell with the magics, pointed at the in-process server (as `%serve connect`)."""
     ip = InteractiveShell.instance()
     ip.run_line_magic("load_ext", "jupyter_serve")
-    url = f"http://localhost:{jp_http_port}{jp_base_url}"
-    token = jp_serverapp.identity_provider.token
-    ip.magics_manager.registry["ServeMagics"].server = ServerInfo(url, token)
+    ip.magics_manager.registry["ServeMagics"].server = live_server
     yield ip
     InteractiveShell.clear_instance()
 

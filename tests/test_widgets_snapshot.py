@@ -174,11 +174,8 @@ def jp_server_config(tmp_path: Path) -> dict[str, Any]:
 
 
 @pytest.fixture
-def client(jp_serverapp: Any, http_server_client: Any, jp_http_port: int, jp_base_url: str) -> Any:
-    token = jp_serverapp.identity_provider.token
-    return ServeClient(
-        ServerInfo(f"http://localhost:{jp_http_port}{jp_base_url}", token), timeout=30
-    )
+def client(live_server: ServerInfo) -> ServeClient:
+    return ServeClient(live_server, timeout=30)
 
 
 async def test_a_real_server_with_a_real_worker(jp_serverapp: Any, client: ServeClient) -> None:
