@@ -32,7 +32,8 @@ from jupyter_serve.routes.openapi import api_description
 NAMES = ["probe", "nope", "a" * 300, "%ff", "..", "%2e%2e", "pro be", "probe:x", "1.0", "-1",
          "\u00e9t\u00e9", "probe/1.0"]  # fmt: skip
 JUNK = ["", "0", "-1", "1", "2", "abc", "1.5", "99999999999999999999999", "true", "\u2603",
-        "../etc", "%00", "probe.mar", "file:///etc/passwd", "http://127.0.0.1:1/x.mar"]  # fmt: skip
+        "../etc", "%00", "probe.mar", "file:///etc/passwd", "http://127.0.0.1:1/x.mar",
+        "a" * 300 + ".mar", "/" + "b" * 300]  # fmt: skip
 STATE_ANSWERS = {"ServiceUnavailableException"}  # 503: a model without a serving worker
 NOT_IMPLEMENTED = 501  # TorchServe's answer to v2 versioned routes
 

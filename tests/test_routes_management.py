@@ -576,3 +576,9 @@ async def test_a_name_too_long_for_a_folder_is_a_400_and_registers_nothing(
     assert (status, body["type"]) == (400, "InvalidModelException")
     assert "too long" in body["message"]
     assert (await call(jp_fetch, "GET", "models"))[1] == {"models": []}
+
+
+async def test_a_url_too_long_for_the_file_system_is_a_404_not_a_500(jp_fetch: Fetch) -> None:
+    for url in ("a" * 300 + ".mar", "/" + "b" * 300, "file:///" + "c" * 300):
+        status, body = await register(jp_fetch, url)
+        assert (status, body["type"]) == (404, "ModelNotFoundException"), url

@@ -106,7 +106,7 @@ async def locate(url: str, model_store: Path, policy: SourcePolicy | None = None
 
 def _in_store(url: str, path: Path, model_store: Path) -> Source:
     """`path`, when it exists and resolves inside the model store."""
-    if "\x00" in str(path) or not (_inside(path, model_store) and path.exists()):
+    if "\x00" in str(path) or not (_inside(path, model_store) and _exists(path)):
         raise ModelNotFound(f"Model not found in model store: {url}")
     return Source(path)
 
@@ -116,18 +116,26 @@ def _local(url: str, path: Path, model_store: Path, policy: SourcePolicy) -> Sou
     if "\x00" in str(path):
         return _in_store(url, path, model_store)  # no such file anywhere
     if policy.allow_local_paths:
-        if not path.exists():
+        if not _exists(path):
             raise ModelNotFound(f"Model not found in model store: {url}")
         return Source(path)
     if _inside(path, model_store):
         return _in_store(url, path, model_store)
-    if _in_work_folder(path, policy.workspace_root) and path.exists():
+    if _in_work_folder(path, policy.workspace_root) and _exists(path):
         return Source(path)
     # One answer for what exists and what does not: no probing of the server's disk.
     raise ModelNotFound(
         f"Model not found in model store: {url} (local paths outside the model store are "
         "not allowed; see ServeApp.allow_local_paths)"
     )
+
+
+def _exists(path: Path) -> bool:
+    """`path.exists()`, False too for a name the file system refuses (ENAMETOOLONG...)."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
 
 
 def _inside(path: Path, folder: Path) -> bool:
