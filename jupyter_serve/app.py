@@ -34,6 +34,7 @@ from jupyter_server.extension.application import ExtensionApp
 from jupyter_server.utils import url_path_join
 from traitlets import Bool, Dict, Float, Int, List, Unicode, default
 
+from .archive import ExtractLimits
 from .metrics import ServeMetrics
 from .models import BatchPolicy, ServerDefaults
 from .pool import SparePool, WorkerPool
@@ -165,6 +166,21 @@ class ServeApp(ExtensionApp):
         help="Regexes an http(s) register url must match to be downloaded. Default: none "
         "(only archives and folders in the model store can be registered). Every redirect "
         "must match too, and a url whose decoded path has a `..` segment never does.",
+    )
+    max_archive_bytes = Int(
+        ExtractLimits.max_total_bytes,
+        min=1,
+        config=True,
+        help="Most bytes one archive may expand to when it is registered (never more than the "
+        "free disk space either). Default 64 GiB.",
+    )
+    max_archive_ratio = Float(
+        ExtractLimits.max_ratio,
+        min=0,
+        config=True,
+        help="Most times an archive may expand its own size once past 16 MiB (zip bombs "
+        "expand thousands of times; weights about 1x, code and vocabularies 3-10x). 0 turns "
+        "the check off. Default 200.",
     )
     max_download_size = Int(
         MAX_DOWNLOAD_SIZE,
@@ -309,6 +325,9 @@ class ServeApp(ExtensionApp):
             defaults=self.server_defaults(),
             allowed_urls=tuple(self.allowed_urls),
             max_download_size=self.max_download_size,
+            extract_limits=ExtractLimits(
+                max_total_bytes=self.max_archive_bytes, max_ratio=self.max_archive_ratio
+            ),
             allow_local_paths=self.allow_local_paths,
             workspace_root=Path(getattr(self.serverapp, "root_dir", None) or "."),
             install_py_dep_per_model=self.install_py_dep_per_model,

@@ -582,3 +582,29 @@ async def test_a_url_too_long_for_the_file_system_is_a_404_not_a_500(jp_fetch: F
     for url in ("a" * 300 + ".mar", "/" + "b" * 300, "file:///" + "c" * 300):
         status, body = await register(jp_fetch, url)
         assert (status, body["type"]) == (404, "ModelNotFoundException"), url
+
+
+class TestArchiveLimits:
+    """`max_archive_bytes` and `max_archive_ratio` bound what a register may extract."""
+
+    @pytest.fixture
+    def jp_server_config(self, tmp_path: Path) -> dict[str, Any]:
+        serve = {
+            "workdir": str(tmp_path / "work"),
+            "model_store": str(tmp_path / "store"),
+            "spare_workers": 0,
+            "max_archive_bytes": 20_000,
+            "max_archive_ratio": 0,
+        }
+        return {"ServerApp": {"jpserver_extensions": {"jupyter_serve": True}}, "ServeApp": serve}
+
+    async def test_an_archive_expanding_past_max_archive_bytes_is_refused(
+        self, jp_fetch: Fetch, build: Callable[..., str], serve_app: Any
+    ) -> None:
+        padding = "# " + "x" * 30_000 + "\n"  # compresses to almost nothing
+        status, body = await register(jp_fetch, build("big", source=ECHO + padding))
+        assert (status, body["type"]) == (400, "InvalidModelException")
+        assert "20000" in body["message"] or "20,000" in body["message"]
+        assert (await call(jp_fetch, "GET", "models"))[1] == {"models": []}
+        assert not [p for p in Path(serve_app.workdir).rglob("*") if p.is_file()]
+        assert (await register(jp_fetch, build("small")))[0] == 200
