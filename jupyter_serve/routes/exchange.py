@@ -61,6 +61,11 @@ class RequestTooLarge(ServeError):
     status_code = 413
     error_type = "RequestEntityTooLargeException"
 
+    @classmethod
+    def over(cls, limit: int) -> RequestTooLarge:
+        """TorchServe's 413 for a body over `limit` bytes."""
+        return cls(f"Request size exceeds the limit of {limit} bytes.")
+
 
 def request_size_error(
     request: HTTPServerRequest, settings: Mapping[str, Any]
@@ -71,7 +76,7 @@ def request_size_error(
     announced = request.headers.get("Content-Length", "")
     size = int(announced) if announced.isdigit() else 0
     if max(size, len(request.body or b"")) > limit:
-        return RequestTooLarge(f"Request size exceeds the limit of {limit} bytes.")
+        return RequestTooLarge.over(limit)
     return None
 
 

@@ -31,7 +31,7 @@ from ..errors import ServeError
 from ..protocol import InferenceResult
 from .access import EXECUTE, READ, allow
 from .base import ServeRoute
-from .exchange import MODEL_PATH, Exchange, Job, request_size_error
+from .exchange import MODEL_PATH, Exchange, Job
 from .openapi import model_api
 from .requests import to_inference_request
 
@@ -60,12 +60,6 @@ class InferenceRoute(ServeRoute):
         """
         if self.get_status() >= 400:
             super()._log()
-
-    def check_request_size(self) -> None:
-        """413 when the body (or its announced length) exceeds `max_request_size`."""
-        error = request_size_error(self.request, self.settings)
-        if error is not None:
-            raise error
 
     async def respond(self, prepare: Callable[[], Job]) -> None:
         """Answer one prediction request (`prepare` names the model and builds the request

@@ -241,7 +241,6 @@ class V1InferRoute(KServeRoute):
 
     @allow(EXECUTE)
     async def post(self, name: str, action: str) -> None:
-        self.check_request_size()
         explain = action == "explain"
         envelope = None if self.enveloped_by_worker(name) else _envelope(self.request.body,
                                                                           "instances")  # fmt: skip
@@ -258,7 +257,6 @@ class V2InferRoute(KServeRoute):
 
     @allow(EXECUTE)
     async def post(self, name: str, action: str) -> None:
-        self.check_request_size()
         envelope = None if self.enveloped_by_worker(name) else _envelope(self.request.body,
                                                                           "inputs")  # fmt: skip
         if envelope is None:

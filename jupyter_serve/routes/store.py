@@ -125,7 +125,7 @@ class ModelStoreRoute(ManagementRoute):
     def body_size_error(self) -> ServeError | None:
         announced = self.request.headers.get("Content-Length", "")
         if self.limit and announced.isdigit() and int(announced) > self.limit:
-            return RequestTooLarge(f"Request size exceeds the limit of {self.limit} bytes.")
+            return RequestTooLarge.over(self.limit)
         return None
 
     async def prepare(self) -> None:  # type: ignore[override]
@@ -153,7 +153,7 @@ class ModelStoreRoute(ManagementRoute):
         if upload is None:  # prepare always starts one for a PUT it lets through
             raise ServeError("No upload in progress.")
         if upload.too_large:
-            raise RequestTooLarge(f"Request size exceeds the limit of {self.limit} bytes.")
+            raise RequestTooLarge.over(self.limit)
         overwrite = bool_arg(self.query(), "overwrite", False)
         outcome = await asyncio.to_thread(upload.commit, overwrite)
         answer = {"status": _SAID[outcome].format(file_name), "url": file_name}
