@@ -11,7 +11,8 @@ TorchServe's frontend (`InferenceRequestHandler.parseRequest`):
   ("True"/"False") and, for extra path segments after the version, `url_path`.
 
 Except Jupyter's own credentials: `Authorization` (the token or an inference key),
-`Cookie` (the login cookie) and `X-XSRFToken` never reach handler code
+`Cookie` (the login cookie) and the XSRF token headers tornado reads (`X-XSRFToken`,
+`X-CSRFToken`) never reach handler code
 (`handler_headers`), which must not be able to act as the user who called it.
 """
 
@@ -24,7 +25,7 @@ from tornado.httputil import HTTPServerRequest
 from ..protocol import InferenceRequest, Parameter
 
 FORM_TYPES = ("multipart/form-data", "application/x-www-form-urlencoded")
-CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "x-xsrftoken"})
+CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "x-xsrftoken", "x-csrftoken"})
 
 
 def new_request_id() -> str:
