@@ -30,9 +30,11 @@ from dataclasses import dataclass, fields
 from pathlib import Path, PurePosixPath
 
 from ..errors import ModelNotFound
+from ..workspace import DEFAULT_WORKDIR
 from .download import DOWNLOAD_TIMEOUT, check_allowed, download
 
 __all__ = [
+    "ARCHIVE_SUFFIXES",
     "DOWNLOAD_TIMEOUT",
     "MAX_DOWNLOAD_SIZE",
     "Source",
@@ -42,8 +44,7 @@ __all__ = [
 ]
 
 MAX_DOWNLOAD_SIZE = 4 * 1024**3  # bytes; ServeApp.max_download_size says why
-WORK_FOLDER = "jupyter_serve_work"  # workspace.DEFAULT_WORKDIR, below the kernel's cwd
-_SUFFIXES = (".tar.gz", ".tgz", ".mar", ".zip")
+ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".mar", ".zip")  # what a register url may end in
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ class Source:
 def archive_stem(path: Path) -> str:
     """`x` for `x.mar`, `x.tar.gz`, `x.tgz`, `x.zip`, or a folder `x`."""
     name = path.name
-    for suffix in _SUFFIXES:
+    for suffix in ARCHIVE_SUFFIXES:
         if name.endswith(suffix) and len(name) > len(suffix):
             return name[: -len(suffix)]
     return name
@@ -149,4 +150,4 @@ def _in_work_folder(path: Path, root: Path | None) -> bool:
     if root is None or not _inside(path, root):
         return False
     below = Path(os.path.realpath(path)).relative_to(os.path.realpath(root))
-    return WORK_FOLDER in below.parts[:-1]
+    return DEFAULT_WORKDIR in below.parts[:-1]  # where the magics build (workspace.py)

@@ -32,12 +32,12 @@ from typing import IO, Any
 from tornado import web
 
 from ..errors import BadRequest, ConflictStatus, ServeError
+from ..registry.sources import ARCHIVE_SUFFIXES
 from .access import WRITE, allow
 from .exchange import RequestTooLarge
 from .management import ManagementRoute
 from .params import bool_arg
 
-SUFFIXES = (".mar", ".tar.gz", ".tgz", ".zip")
 MAX_NAME = 200
 _NAME = re.compile(r"[^/\\\x00-\x1f]+")
 NO_LIMIT = 2**62  # tornado's body limit when `max_download_size` is 0
@@ -46,7 +46,7 @@ NO_LIMIT = 2**62  # tornado's body limit when `max_download_size` is 0
 def check_store_name(name: str) -> str:
     """`name` when it is a plain archive file name, else 400 (module docstring)."""
     plain = _NAME.fullmatch(name) and ".." not in name and not name.startswith(".")
-    stem_ok = any(name.endswith(s) and len(name) > len(s) for s in SUFFIXES)
+    stem_ok = any(name.endswith(s) and len(name) > len(s) for s in ARCHIVE_SUFFIXES)
     if not (plain and stem_ok and len(name.encode("utf-8", "replace")) <= MAX_NAME):
         raise BadRequest(
             f"Invalid archive name {name[:MAX_NAME]!r}: expected a plain file name ending in "
