@@ -25,6 +25,7 @@ more than the standard library, so the archive code and the workers may use it.
 
 from __future__ import annotations
 
+import json
 from typing import Any, ClassVar
 
 
@@ -54,6 +55,10 @@ class ServeError(Exception):
         if self.cause:
             body["cause"] = self.cause
         return body
+
+    def body(self) -> bytes:
+        """`to_json` as TorchServe writes it: pretty-printed (indent 2), a final newline."""
+        return (json.dumps(self.to_json(), indent=2) + "\n").encode()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.message!r}, status_code={self.status_code})"

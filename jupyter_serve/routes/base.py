@@ -203,7 +203,7 @@ class ServeRoute(ExtensionHandlerMixin, APIHandler):
             error = _from_status(status_code, error)
         self.set_status(error.status_code)
         self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps(error.to_json(), indent=2) + "\n")
+        self.finish(error.body())
 
 
 def _from_status(status_code: int, error: BaseException | None) -> ServeError:

@@ -25,7 +25,6 @@ does not match the rule either, so jupyter_server itself refuses it (403).
 
 from __future__ import annotations
 
-import json
 import logging
 from datetime import datetime, timezone
 from http.client import responses
@@ -131,8 +130,7 @@ class ConnectionWriter:
             self.connection.close()
             return
         headers = httputil.HTTPHeaders({"Content-Type": "application/json"})
-        self.write(error.status_code, "", headers,
-                   (json.dumps(error.to_json(), indent=2) + "\n").encode())  # fmt: skip
+        self.write(error.status_code, "", headers, error.body())
 
     def begin(self, result: InferenceResult) -> None:
         stream = getattr(self.connection, "stream", None)

@@ -27,7 +27,6 @@ answers a failed batch only when it rejected nobody.
 
 from __future__ import annotations
 
-import json
 import sys
 import traceback
 from collections.abc import Iterator
@@ -66,8 +65,7 @@ class Failure:
 
 def error_result(request_id: str, error: ServeError) -> InferenceResult:
     """`error` as one request's answer: TorchServe's error JSON, as the server writes it."""
-    body = json.dumps(error.to_json(), indent=2) + "\n"
-    return InferenceResult(request_id, error.status_code, body.encode(), "application/json")
+    return InferenceResult(request_id, error.status_code, error.body(), "application/json")
 
 
 def prediction_failure(exc: BaseException) -> Failure:
