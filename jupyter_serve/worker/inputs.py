@@ -151,8 +151,13 @@ def text_encoding(name: str) -> str | None:
         info = codecs.lookup(name)
     except (LookupError, ValueError):  # unknown, or no codec name at all ("a\0b")
         return None
-    # The flag `bytes.decode` itself checks: False for zlib, base64, hex, rot13...
-    return info.name if getattr(info, "_is_text_encoding", True) else None
+    try:
+        b"a".decode(info.name)  # bytes.decode refuses zlib, base64, hex, rot13...
+    except LookupError:
+        return None
+    except UnicodeError:  # a text encoding that refuses every input ("undefined")
+        pass
+    return info.name
 
 
 def _text(raw: bytearray, charset: str | None) -> str | None:
