@@ -27,7 +27,7 @@ import functools
 import hmac
 import ipaddress
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from jupyter_server.auth.authorizer import AllowAllAuthorizer
@@ -89,6 +89,16 @@ def credentials_allow(
     key = bearer_key(authorization)
     keys = settings.get("serve_keys")
     return key is not None and keys is not None and bool(keys.allows(key, model))
+
+
+def model_of(path_args: Sequence[bytes | None]) -> str | None:
+    """The model a fast path's percent-decoded path arguments name (the first one); None
+    when there is none or it is not UTF-8 (then only the token can admit the request)."""
+    name = path_args[0] if path_args else None
+    try:
+        return name.decode("utf-8") if name is not None else None
+    except UnicodeDecodeError:
+        return None
 
 
 HeaderGetter = Callable[[str], "str | None"]

@@ -36,7 +36,7 @@ from tornado.routing import PathMatches, Rule
 
 from ..errors import ServeError
 from ..protocol import InferenceResult
-from .admission import VERBS, admits, fast_path_applies
+from .admission import VERBS, admits, fast_path_applies, model_of
 from .exchange import MODEL_PATH, Exchange, Job
 from .requests import new_request_id, to_inference_request
 
@@ -65,18 +65,10 @@ class TokenPathMatches(PathMatches):
         if matched is None:
             return None
         token = str(self.identity_provider.token or "")
-        if not admits(request.headers.get, token, self.settings, _model_of(matched)):
+        model = model_of(matched.get("path_args") or [])
+        if not admits(request.headers.get, token, self.settings, model):
             return None
         return matched
-
-
-def _model_of(matched: dict[str, Any]) -> str | None:
-    """The model name of a matched path (None when it is not UTF-8: only the token fits)."""
-    name = (matched.get("path_args") or [None])[0]
-    try:
-        return name.decode("utf-8") if isinstance(name, bytes) else None
-    except UnicodeDecodeError:
-        return None
 
 
 class FastPredictions:

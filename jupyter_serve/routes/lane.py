@@ -40,7 +40,7 @@ from typing import Any
 from tornado import httputil, iostream
 from tornado.escape import url_unescape
 
-from .admission import VERBS, admits
+from .admission import VERBS, admits, model_of
 from .exchange import MODEL_PATH
 from .lane_http import LaneRequest, NotForTheLane, RequestReader
 
@@ -129,8 +129,7 @@ class Lane:
             raise NotForTheLane("path")
         kind, *args = found.groups()
         path_args = [_unescape(arg) for arg in args]
-        model = (path_args[0] or b"").decode("utf-8")
-        if not admits(request.headers.get, self.token(), self.settings, model):
+        if not admits(request.headers.get, self.token(), self.settings, model_of(path_args)):
             raise NotForTheLane("not surely admitted (credentials, Host, Origin)")
         return self.targets[kind], path_args
 
