@@ -10,6 +10,9 @@ well under a second.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -146,3 +149,25 @@ async def register(
     mar.rename(target)
     values = {"response_timeout": 30, "startup_timeout": 30, "initial_workers": workers, **params}
     await registry.register(target.name, RegisterParams(**values))
+
+
+def gate(tmp_path: Path) -> Path:
+    """A FIFO a handler given `X-Gate: <its path>` blocks on (STREAM, after its first chunk)."""
+    fifo = tmp_path / "gate"
+    os.mkfifo(fifo)
+    return fifo
+
+
+async def release(fifo: Path) -> None:
+    """Let the handler go on (opening the FIFO for writing waits for its reader)."""
+    await asyncio.to_thread(lambda: os.close(os.open(fifo, os.O_WRONLY)))
+
+
+async def release_if_waiting(fifo: Path) -> None:
+    """Let a handler waiting at `fifo` go on; no-op when nobody waits there (cleanup)."""
+
+    def open_and_close() -> None:
+        with contextlib.suppress(OSError):  # ENXIO: no reader, nobody to release
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+    await asyncio.to_thread(open_and_close)

@@ -12,9 +12,7 @@ exchange saw its client leave. Real worker subprocesses serve real handlers.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -23,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from route_models import STREAM, register, serve_state, server_config
+from route_models import STREAM, gate, register, release_if_waiting, serve_state, server_config
 from tornado.http1connection import HTTP1Connection
 
 from jupyter_serve.routes.exchange import Exchange
@@ -222,23 +220,6 @@ def connect(jp_serverapp: Any, http_server: Any, jp_http_port: int, transport: s
 # ---- helpers -----------------------------------------------------------------------------
 
 
-def gate(tmp_path: Path) -> Path:
-    """A FIFO a handler blocks on until `release`."""
-    fifo = tmp_path / "gate"
-    os.mkfifo(fifo)
-    return fifo
-
-
-async def release(fifo: Path) -> None:
-    """Let the handler waiting at `fifo` go on (no-op when nobody waits there)."""
-
-    def open_and_close() -> None:
-        with contextlib.suppress(OSError):  # ENXIO: no reader, nobody to release
-            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-
-    await asyncio.to_thread(open_and_close)
-
-
 def requests_counted(serverapp: Any, model: str) -> float:
     metrics = serverapp.web_app.settings["serve_metrics"]
     labels = {"model_name": model, "model_version": "default", "hostname": metrics.hostname}
@@ -267,7 +248,7 @@ async def test_a_streamed_answer_goes_out_chunk_by_chunk_and_the_connection_goes
         assert headers["content-type"] == "text/plain"
         uuid.UUID(headers["x-request-id"])
         assert await client.chunk() == b"hello "  # here while the handler waits at its gate
-        await release(fifo)
+        await release_if_waiting(fifo)
         assert [await client.chunk() for _ in range(4)] == [b"hello ", b"hello ",
                                                           b"hello world ", None]  # fmt: skip
         assert calls(exchange) == ["begin", "chunk", "chunk", "end"]
@@ -290,7 +271,7 @@ async def test_past_client_timeout_nothing_is_sent_until_the_client_leaves(
             assert_transport(dropped, transport)
             assert dropped.pending is not None
             await within(asyncio.wait([dropped.pending]))  # the client timeout cancels it
-            await release(fifo)  # the late result comes back, to be thrown away
+            await release_if_waiting(fifo)  # the late result comes back, to be thrown away
             after = await jp_fetch("serve", "predictions", "gated", method="POST", body=b"x",
                                    headers={"X-Tag": "next"})  # fmt: skip
             assert after.body == b"next"  # the worker is done with the late one
@@ -299,7 +280,7 @@ async def test_past_client_timeout_nothing_is_sent_until_the_client_leaves(
             assert await within(spy.gone.get()) is dropped
             assert await client.rest() == b""  # not a byte, ever
     finally:
-        await release(fifo)
+        await release_if_waiting(fifo)
     assert requests_counted(jp_serverapp, "gated") == 1  # the dropped one is not counted
 
 
@@ -319,7 +300,7 @@ async def test_past_client_timeout_a_streamed_answer_is_cut_short(
             assert await client.rest() == b""  # closed: no terminating chunk
             assert calls(exchange) == ["begin", "cut"]
     finally:
-        await release(fifo)
+        await release_if_waiting(fifo)
     assert requests_counted(jp_serverapp, "echo_stream") == 0
 
 
@@ -350,14 +331,14 @@ async def test_a_client_that_leaves_takes_its_queued_request_with_it(
         assert await within(spy.gone.get()) is leaving
         assert leaving.pending is not None
         assert leaving.pending.cancelled()
-        await release(fifo)
+        await release_if_waiting(fifo)
         assert await busy_client.chunk() == b"first"
         third = await jp_fetch("serve", "predictions", "ledger", method="POST", body=b"x",
                                headers={**tags, "X-Tag": "third"})  # fmt: skip
         assert third.body == b"third"
     finally:
         busy.close()
-        await release(fifo)
+        await release_if_waiting(fifo)
     assert ledger.read_text().split() == ["first", "third"]  # "second" never reached it
     assert calls(leaving) == []
     assert requests_counted(jp_serverapp, "ledger") == 2

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -13,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from route_models import STREAM, register, server_config
+from route_models import STREAM, gate, register, release, server_config
 from tornado.httpclient import HTTPClientError, HTTPResponse
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
@@ -343,18 +342,6 @@ def post_raw(
             writer.close()
 
     return post
-
-
-def gate(tmp_path: Path) -> Path:
-    """A FIFO the STREAM handler blocks on after its first chunk."""
-    fifo = tmp_path / "gate"
-    os.mkfifo(fifo)
-    return fifo
-
-
-async def release(fifo: Path) -> None:
-    """Let the handler go on (opening the FIFO for writing waits for its reader)."""
-    await asyncio.to_thread(lambda: os.close(os.open(fifo, os.O_WRONLY)))
 
 
 async def test_a_streaming_handler_answers_chunk_by_chunk_as_torchserve(
