@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ResourceNotFound
-from . import aliases, inference, keys, kserve, management, metrics, openapi, store
+from . import aliases, inference, keys, kserve, management, metrics, openapi, store, summary
 from .access import READ, allow
 from .base import NOT_FOUND_MESSAGE, ServeRoute
 
@@ -36,5 +36,6 @@ ROUTES: list[tuple[str, type[Any]]] = [
     *aliases.LEGACY_ROUTES,
     *keys.ROUTES,  # after the legacy routes: `keys/predict` stays a model named "keys"
     *store.ROUTES,
+    *summary.ROUTES,
     (r".*", NotFoundRoute),
 ]

@@ -166,6 +166,13 @@ def _paths() -> dict[str, dict[str, Any]]:
             "post": _op("versionedModelInfer", "Not supported: 501.", (*_MV, "url_path"))
         },
         "/metrics": {"get": _op("metrics", "Prometheus metrics.", ("name[]", "format"))},
+        "/summary": {
+            "get": _op(
+                "summary",
+                "Every model version with its workers, queue and live figures in one answer "
+                "(what the JupyterLab Serving panel shows; see routes/summary.py).",
+            )
+        },
         "/logs/{model_name}": {"get": _op("modelLogs", "Recent worker output.", (*_M, "lines"))},
         "/logs/{model_name}/{model_version}": {
             "get": _op("versionModelLogs", "Recent worker output of a version.", (*_MV, "lines"))
