@@ -1,6 +1,7 @@
-"""Profile the jupyter_serve server process under load with py-spy; print where its time goes.
+"""Profile the jupyter_serve server (or one worker) under load with py-spy; print where time goes.
 
     python bench/profile_server.py [--model echo] [--config batch8-5ms/1w] [-c 32] [--seconds 6]
+                                   [--target server|worker]
 
 Starts `jupyter serve` (as the benchmark does), registers the model, drives it
 with the load generator (pinned to the last core) while `py-spy record` samples
@@ -63,7 +64,8 @@ def profile(args: argparse.Namespace, work: Path) -> str:
         out = work / "profile.txt"
         spy = [str(Path(sys.executable).parent / "py-spy"), "record", "--nonblocking", "-r", "250"]
         argv = [*spy, "-f", "raw", "-d", str(int(args.seconds)), "-o", str(out)]
-        sampler = subprocess.Popen([*argv, "-p", str(server.server_pid)])
+        pid = server.server_pid if args.target == "server" else server.worker_pids()[0]
+        sampler = subprocess.Popen([*argv, "-p", str(pid)])
         with run.pinned():
             tally = asyncio.run(loadgen.closed_loop(load, args.c, 10**6, args.seconds))
         sampler.wait(timeout=120)
@@ -80,6 +82,7 @@ def main() -> None:
     parser.add_argument("-c", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=6.0)
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--target", choices=("server", "worker"), default="server")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="jupyter_serve_profile_"))
     try:
