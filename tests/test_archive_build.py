@@ -7,7 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_serve.archive import ArchiveSpec, build_mar, inspect_archive, output_path
+from jupyter_serve.archive import (
+    ArchiveSpec,
+    Manifest,
+    ModelInfo,
+    build_mar,
+    inspect_archive,
+    output_path,
+    pack_folder,
+)
 from jupyter_serve.errors import ArchiveError
 
 
@@ -188,3 +196,24 @@ def test_lsp_runtime_copies_the_shared_library(tmp_path: Path) -> None:
         runtime="LSP", export_path=str(tmp_path),
     )  # fmt: skip
     assert names_in(build_mar(spec)) == {"libhandler.so", "MAR-INF/MANIFEST.json"}
+
+
+def test_pack_folder_zips_a_model_folder_with_the_given_manifest(
+    model_inputs: Path, tmp_path: Path
+) -> None:
+    folder = build_mar(spec_for(model_inputs, tmp_path, archive_format="no-archive",
+                                extra_files=str(model_inputs / "extra")))  # fmt: skip
+    (folder / "stale.pyc").write_bytes(b"pyc")
+    manifest = Manifest(model=ModelInfo(model_name="m", model_version="2.0", handler="h:fn"))
+    mar = pack_folder(folder, tmp_path / "out.mar", manifest)
+    assert names_in(mar) == {
+        "handler.py",
+        "tokenizer.json",
+        ".keep",
+        "nested/merges.txt",
+        "nested/deeper/x.bin",
+        "MAR-INF/MANIFEST.json",
+    }  # fmt: skip  (the folder's old manifest, bytecode and hidden folders are left out)
+    assert inspect_archive(mar).manifest == manifest
+    with zipfile.ZipFile(mar) as zf:
+        assert zf.read("handler.py") == (model_inputs / "handler.py").read_bytes()

@@ -6,7 +6,14 @@ CLI all import this package.
 
 from __future__ import annotations
 
-from .build import BUILTIN_HANDLERS, build_mar, collect_files, manifest_for, output_path
+from .build import (
+    BUILTIN_HANDLERS,
+    build_mar,
+    collect_files,
+    manifest_for,
+    output_path,
+    pack_folder,
+)
 from .extract import ArchiveListing, ExtractLimits, extract_mar, inspect_archive, model_root
 from .manifest import MANIFEST_PATH, Manifest, ModelInfo, check_model_name, read_manifest
 from .spec import ARCHIVE_FORMATS, ArchiveSpec, archiver_parser
@@ -29,5 +36,6 @@ __all__ = [
     "manifest_for",
     "model_root",
     "output_path",
+    "pack_folder",
     "read_manifest",
 ]

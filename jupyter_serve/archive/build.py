@@ -214,8 +214,21 @@ def _basename(path: str | None) -> str | None:
     return os.path.basename(path) if path else None
 
 
+def pack_folder(folder: Path, target: Path, manifest: Manifest) -> Path:
+    """Zip a model folder (extracted archive, no-archive folder) into the `.mar` `target`,
+    with `manifest` as its MAR-INF/MANIFEST.json: every file below `folder` (links
+    followed once), the archiver's filters applied. Written atomically."""
+    files = {name: source for name, source in _walk_folder(folder) if _is_kept(name)}
+    _zip(files, manifest, target, zipfile.ZIP_DEFLATED)
+    return target
+
+
 def _write_zip(files: FileMap, manifest: Manifest, target: Path, spec: ArchiveSpec) -> None:
     compression = zipfile.ZIP_STORED if spec.archive_format == "zip-store" else zipfile.ZIP_DEFLATED
+    _zip(files, manifest, target, compression)
+
+
+def _zip(files: FileMap, manifest: Manifest, target: Path, compression: int) -> None:
     with _replaced_atomically(target) as partial, zipfile.ZipFile(partial, "w", compression) as zf:
         for name, source in files.items():
             zf.write(source, name)
