@@ -17,6 +17,7 @@ background task so the server answers at once (see `startup`).
 `ts_config` names a TorchServe `config.properties`; its single-server keys
 (`TS_CONFIG_TRAITS`) fill the traits the user did not set explicitly, which is
 TorchServe's precedence: config.properties < Jupyter config and command line.
+Its `model_snapshot`, when it has one, is restored at start (see `startup`).
 """
 
 from __future__ import annotations
@@ -340,11 +341,13 @@ class ServeApp(ExtensionApp):
 
     def apply_ts_config(self) -> None:
         """Fill traits not set explicitly from `ts_config` (TorchServe's precedence)."""
+        self.ts_model_snapshot: dict[str, Any] | None = None
         if not self.ts_config:
             return
         properties = apply_env_overrides(read_properties(self.ts_config), os.environ)
         load_models = properties.pop("load_models", None)  # `all` lists the final model_store
         config = from_properties(properties)
+        self.ts_model_snapshot = config.model_snapshot  # restored at start instead of load_models
         explicit = self.config.get("ServeApp", {})
         for key, trait in TS_CONFIG_TRAITS.items():
             value = getattr(config, key)
@@ -360,6 +363,7 @@ class ServeApp(ExtensionApp):
             models=self.models,
             default_workers=self.default_workers_per_model,
             restore=self.snapshots and not self.ts_config,
+            snapshot=getattr(self, "ts_model_snapshot", None),
         )
 
     async def start_models(self) -> list[tuple[str, str]]:

@@ -5,6 +5,9 @@
 1. unless `plan.restore` is off (snapshots off, or a `config.properties` given,
    as `torchserve --ts-config` / `--ncs` do), the snapshot's models come back
    with their versions, settings and worker counts;
+   a `config.properties` with a `model_snapshot` (`plan.snapshot`, what
+   `jupyter serve export` writes) restores that one instead and, as TorchServe,
+   reads no `load_models`; its `marName`s are archives in the model store;
 2. every `load_models` entry is registered, skipping names already registered
    (restored from the snapshot). Its settings come from `models` (TorchServe's
    per-model JSON: `batchSize`, `maxBatchDelay`, `responseTimeout`,
@@ -32,7 +35,7 @@ from typing import Any
 from .archive import inspect_archive
 from .errors import ModelNotFound, ServeError
 from .models import RegisterParams
-from .registry import ModelRegistry
+from .registry import ModelRegistry, snapshot_items
 from .registry.sources import archive_stem
 from .ts_config import parse_load_models
 
@@ -52,6 +55,7 @@ class StartupPlan:
     models: ModelsJson = field(default_factory=dict)
     default_workers: int = 0  # default_workers_per_model
     restore: bool = True
+    snapshot: Mapping[str, Any] | None = None  # config.properties' model_snapshot
 
 
 def startup_workers(default_workers: int) -> int:
@@ -64,11 +68,26 @@ async def start_models(registry: ModelRegistry, plan: StartupPlan) -> list[tuple
     started: list[tuple[str, str]] = []
     if plan.restore:
         started.extend(await registry.restore())
+    if plan.snapshot is not None:
+        started.extend(await _restore_config_snapshot(registry, plan.snapshot))
+        return started
     for name, url in _entries(plan):
         key = await _load_one(registry, plan, name, url)
         if key is not None:
             started.append(key)
     return started
+
+
+async def _restore_config_snapshot(
+    registry: ModelRegistry, snapshot: Mapping[str, Any]
+) -> list[tuple[str, str]]:
+    """The models of a config.properties' `model_snapshot`, as TorchServe restores them."""
+    try:
+        items = snapshot_items(snapshot, "config.properties' model_snapshot")
+    except (ValueError, TypeError):
+        log.exception("model_snapshot cannot be read")
+        return []
+    return await registry.restore(items)
 
 
 def _entries(plan: StartupPlan) -> list[tuple[str | None, str]]:

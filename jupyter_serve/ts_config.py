@@ -10,6 +10,10 @@ environment overrides when the file says `enable_envvars_config=true`
     default_startup_timeout, unregister_model_timeout (seconds), install_py_dep_per_model,
     allowed_urls, limit_max_image_pixels, decode_input_request, enable_model_api
 
+`model_snapshot` (TorchServe's snapshot JSON, one line) is checked to be a JSON
+object and kept whole: the server restores its models at start, as TorchServe
+does, and `load_models` is then not read.
+
 `disable_token_authorization` is ignored with a warning (Jupyter's auth always
 applies); `inference_address`, `management_address` and `metrics_address` with an
 info note (the routes live under the Jupyter server). Every other key is listed
@@ -79,6 +83,7 @@ class TorchServeConfig:
     decode_input_request: bool | None = None
     enable_model_api: bool | None = None
     service_envelope: str | None = None  # body, json, kserve, kservev2
+    model_snapshot: dict[str, Any] | None = None  # TorchServe's snapshot JSON, restored at start
     unknown: tuple[str, ...] = ()
     properties: dict[str, str] = field(default_factory=dict)  # everything read, as text
 
@@ -243,6 +248,7 @@ def from_properties(properties: Mapping[str, str]) -> TorchServeConfig:
         models=_models(props.get("models")),
         allowed_urls=_allowed_urls(props.get("allowed_urls")),
         service_envelope=props.get("service_envelope") or None,
+        model_snapshot=_model_snapshot(props.get("model_snapshot")),
         **typed,
         unknown=tuple(sorted(key for key in props if key not in _KNOWN)),
         properties=dict(properties),
@@ -270,6 +276,7 @@ _OTHER_KEYS = (
     "allowed_urls",
     "disable_token_authorization",
     "service_envelope",
+    "model_snapshot",
 )
 _KNOWN = frozenset(
     (*_INT_KEYS, *_SECOND_KEYS, *_BOOL_KEYS, *IGNORED_ADDRESSES, *ENV_SWITCHES, *_OTHER_KEYS)
@@ -328,6 +335,18 @@ def _models(text: str | None) -> dict[str, dict[str, dict[str, Any]]] | None:
         raise TorchServeConfigError('models must be {"name": {"version": {...}}}.')
     checked: dict[str, dict[str, dict[str, Any]]] = models
     return checked
+
+
+def _model_snapshot(text: str | None) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    try:
+        snapshot: Any = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise TorchServeConfigError(f"model_snapshot is not valid JSON: {exc}") from None
+    if not isinstance(snapshot, dict) or not isinstance(snapshot.get("models"), dict):
+        raise TorchServeConfigError('model_snapshot must be {"models": {"name": {...}}, ...}.')
+    return snapshot
 
 
 def _allowed_urls(text: str | None) -> tuple[str, ...] | None:

@@ -47,8 +47,15 @@ def store(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def properties(tmp_path: Path, store: Path) -> Path:
+def properties(request: pytest.FixtureRequest, tmp_path: Path, store: Path) -> Path:
+    """The config.properties; a `param` is a `model_snapshot` to add (its archives built)."""
     path = tmp_path / "config.properties"
+    snapshot = getattr(request, "param", None)
+    if snapshot is not None:
+        (store / "second.mar").rename(store / "second-2.0.mar")
+        build(store, "second", "1.0")
+        (store / "second.mar").rename(store / "second-1.0.mar")
+        (store / "second-2.0.mar").rename(store / "second.mar")
     lines = [
         f"model_store={store}",
         "load_models=echo.mar,second.mar",
@@ -65,6 +72,8 @@ def properties(tmp_path: Path, store: Path) -> Path:
         "limit_max_image_pixels=false",
         "inference_address=http://0.0.0.0:8080",
     ]
+    if snapshot is not None:
+        lines.append("model_snapshot=" + json.dumps(snapshot))
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -135,6 +144,44 @@ async def test_startup_models_get_models_json_settings_and_one_worker(serve: Ser
     assert (second["batchSize"], second["maxBatchDelay"], second["responseTimeout"]) == (3, 7, 9)
     assert echo["responseTimeout"] == 33  # default_response_timeout of the properties
     assert [worker["status"] for worker in second["workers"]] == ["READY"]
+
+
+def _version(mar: str, default: bool, workers: int, batch: int = 1) -> dict[str, Any]:
+    return {"defaultVersion": default, "marName": mar, "minWorkers": workers,
+            "maxWorkers": workers + 1, "batchSize": batch, "maxBatchDelay": 25 * batch,
+            "responseTimeout": 17, "startupTimeout": 30}  # fmt: skip
+
+
+# What `jupyter serve export` writes: two versions of "second", the older one the default.
+SNAPSHOT = {
+    "name": "export",
+    "modelCount": 3,
+    "models": {
+        "echo": {"1.0": _version("echo.mar", True, 2, batch=4)},
+        "second": {
+            "1.0": _version("second-1.0.mar", True, 1),
+            "2.0": _version("second.mar", False, 0),
+        },
+    },
+}
+
+
+@pytest.mark.parametrize("properties", [SNAPSHOT], indirect=True)
+async def test_a_model_snapshot_in_config_properties_is_restored_instead_of_load_models(
+    serve: ServeApp,
+) -> None:
+    assert await start(serve) == [("echo", "1.0"), ("second", "1.0"), ("second", "2.0")]
+    [echo] = serve.registry.describe("echo")
+    settings = ("minWorkers", "maxWorkers", "batchSize", "maxBatchDelay", "responseTimeout")
+    assert [echo[key] for key in settings] == [2, 3, 4, 100, 17]
+    assert (echo["startupTimeout"], len(echo["workers"])) == (30, 2)
+    assert serve.registry.default_version("second") == "1.0"  # not the latest
+    described = {model["modelVersion"]: model for model in serve.registry.describe("second", "all")}
+    assert [described["2.0"][key] for key in settings] == [0, 1, 1, 25, 17]
+    assert serve.registry.list_models()["models"] == [
+        {"modelName": "echo", "modelUrl": "echo.mar"},
+        {"modelName": "second", "modelUrl": "second-1.0.mar"},
+    ]  # load_models (echo.mar, second.mar) is not read: the snapshot says it all
 
 
 @pytest.mark.parametrize(

@@ -27,7 +27,13 @@ from jupyter_serve.errors import (
 )
 from jupyter_serve.models import RegisterParams
 from jupyter_serve.protocol import InferenceRequest, Parameter
-from jupyter_serve.registry import Model, ModelRegistry, RegistryConfig, read_snapshot
+from jupyter_serve.registry import (
+    Model,
+    ModelRegistry,
+    RegistryConfig,
+    read_snapshot,
+    snapshot_items,
+)
 
 T = TypeVar("T")
 HANG_GUARD = 60.0  # seconds; only stops a broken registry from hanging the suite
@@ -319,6 +325,7 @@ def test_snapshot_restores_versions_defaults_and_workers(
     assert entry["marName"] == "echo.mar"
     assert (entry["minWorkers"], entry["maxWorkers"], entry["batchSize"]) == (1, 2, 2)
     assert data["models"]["echo"]["2.0"]["defaultVersion"] is True
+    assert entry["jupyterServe"]["deviceType"] == "cpu"  # what export --snapshot reads
     assert next(item.url for item in read_snapshot(registry.snapshot_path)) == url
     fresh = make_registry()
 
@@ -481,3 +488,16 @@ def test_concurrent_registers_of_one_version_conflict(
     outcomes = run(scenario())
     assert sum(isinstance(outcome, ConflictStatus) for outcome in outcomes) == 1
     assert [d["modelVersion"] for d in registry.describe("twice", "all")] == ["1.0"]
+
+
+@pytest.mark.parametrize("data", [[], {"models": []}, {"models": {"m": {"1.0": 3}}}])
+def test_snapshot_items_refuse_what_is_no_snapshot(data: object) -> None:
+    with pytest.raises(ValueError, match="model_snapshot of x is not a model snapshot"):
+        snapshot_items(data, "model_snapshot of x")
+
+
+def test_snapshot_items_of_a_config_snapshot_register_the_mar_name() -> None:
+    entry = {"defaultVersion": True, "marName": "m-2.0.mar", "minWorkers": 2, "batchSize": 4}
+    (item,) = snapshot_items({"models": {"m": {"2.0": entry}}})
+    assert (item.url, item.name, item.version, item.default) == ("m-2.0.mar", "m", "2.0", True)
+    assert (item.min_workers, item.max_workers, item.params.batch_size) == (2, 2, 4)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -174,6 +175,9 @@ def test_token_setting_is_ignored_with_a_warning(
         ("models=[]", "models"),
         ("allowed_urls=file://.*,http(", "allowed_urls"),
         ("load_models==x.mar", "load_models"),
+        ("model_snapshot={not json", "model_snapshot"),
+        ('model_snapshot={"name": "x"}', "model_snapshot"),
+        ("model_snapshot=[]", "model_snapshot"),
     ],
 )
 def test_bad_values_name_the_key(tmp_path: Path, text: str, key: str) -> None:
@@ -258,3 +262,10 @@ def test_server_defaults_take_the_per_model_defaults(tmp_path: Path) -> None:
         limit_max_image_pixels=False,
     )
     assert TorchServeConfig().server_defaults() == ServerDefaults()
+
+
+def test_model_snapshot_is_kept_whole(tmp_path: Path) -> None:
+    snapshot = '{"name": "x", "models": {"m": {"1.0": {"marName": "m.mar", "minWorkers": 2}}}}'
+    config = load(tmp_path, f"model_snapshot={snapshot}\n")
+    assert config.model_snapshot == json.loads(snapshot)
+    assert "model_snapshot" not in config.unknown

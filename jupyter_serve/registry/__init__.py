@@ -12,7 +12,7 @@ Runs in the Jupyter server process: asyncio only, never torch or tornado.
 from __future__ import annotations
 
 from .registry import Model, ModelRegistry, PoolFactory, RegistryConfig
-from .snapshot import SnapshotItem, read_snapshot
+from .snapshot import SnapshotItem, read_snapshot, snapshot_items
 
 __all__ = [
     "Model",
@@ -21,4 +21,5 @@ __all__ = [
     "RegistryConfig",
     "SnapshotItem",
     "read_snapshot",
+    "snapshot_items",
 ]

@@ -334,12 +334,15 @@ class ModelRegistry:
         self._defaults.clear()
         await asyncio.gather(*(_dispose(model) for model in models))
 
-    async def restore(self, *, synchronous: bool = True) -> list[tuple[str, str]]:
-        """Register the snapshot's models again; failures are logged. Returns what came back."""
-        if not self.config.snapshots:
+    async def restore(
+        self, items: list[SnapshotItem] | None = None, *, synchronous: bool = True
+    ) -> list[tuple[str, str]]:
+        """Register the snapshot's models again (or `items`: a config.properties'
+        `model_snapshot`); failures are logged. Returns what came back."""
+        if items is None and not self.config.snapshots:
             return []
         try:
-            items = read_snapshot(self.snapshot_path)
+            items = read_snapshot(self.snapshot_path) if items is None else items
         except (OSError, ValueError):
             log.exception("Cannot read the model snapshot %s", self.snapshot_path)
             return []

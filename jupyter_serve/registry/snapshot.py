@@ -10,10 +10,14 @@ The file is TorchServe's `model_snapshot` JSON (contract §2.5)::
 `maxBatchDelay` is in milliseconds, the timeouts in seconds, as TorchServe writes
 them. The extra `jupyterServe` object holds what a restore needs beyond that:
 the url to register again (a downloaded archive's local file) and the
-effective handler. Writes are atomic (a temporary
-file in the same folder, then `os.replace`). An entry whose restore failed is kept
-as it was (`SnapshotItem.entry`, passed back as `kept`), so a model that cannot come
-back on one start is not lost for the next.
+effective handler, and the device the version ran on (`deviceType`,
+`deviceIds`, for `jupyter serve export --snapshot`). `snapshot_items` reads the
+same JSON from a `config.properties`' `model_snapshot`, where entries have no
+`jupyterServe` object and `marName` names the archive in the model store.
+
+Writes are atomic (a temporary file in the same folder, then `os.replace`). An
+entry whose restore failed is kept as it was (`SnapshotItem.entry`, passed back as
+`kept`), so a model that cannot come back on one start is not lost for the next.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from typing import Any
 
 from ..models import ModelSpec, RegisterParams
 
-__all__ = ["SnapshotItem", "read_snapshot", "snapshot_data", "write_snapshot"]
+__all__ = ["SnapshotItem", "read_snapshot", "snapshot_data", "snapshot_items", "write_snapshot"]
 
 
 @dataclass(frozen=True)
@@ -76,7 +80,12 @@ def _entry(spec: ModelSpec, default: bool, url: str) -> dict[str, Any]:
         "responseTimeout": spec.response_timeout,
         "startupTimeout": spec.startup_timeout,
         "runtimeType": spec.runtime,
-        "jupyterServe": {"url": url, "handler": spec.handler},
+        "jupyterServe": {
+            "url": url,
+            "handler": spec.handler,
+            "deviceType": spec.device_type.value,
+            "deviceIds": list(spec.device_ids),
+        },
     }
 
 
@@ -101,10 +110,22 @@ def read_snapshot(path: Path) -> list[SnapshotItem]:
     """
     if not path.is_file():
         return []
-    data = json.loads(path.read_text(encoding="utf-8"))
+    return snapshot_items(json.loads(path.read_text(encoding="utf-8")), str(path))
+
+
+def snapshot_items(data: Any, origin: str = "the snapshot") -> list[SnapshotItem]:
+    """The model versions of snapshot JSON `data`, by name then version.
+
+    Raises:
+        ValueError: `data` is not a snapshot (no `models` object of objects); the
+            message names `origin`.
+    """
     models = data.get("models") if isinstance(data, dict) else None
-    if not isinstance(models, dict):
-        raise ValueError(f"{path} is not a model snapshot: no 'models' object.")
+    if not isinstance(models, dict) or not all(
+        isinstance(versions, dict) and all(isinstance(entry, dict) for entry in versions.values())
+        for versions in models.values()
+    ):
+        raise ValueError(f"{origin} is not a model snapshot: no 'models' object of versions.")
     return [
         _item(name, version, entry)
         for name, versions in sorted(models.items())
@@ -113,7 +134,8 @@ def read_snapshot(path: Path) -> list[SnapshotItem]:
 
 
 def _item(name: str, version: str, entry: dict[str, Any]) -> SnapshotItem:
-    extra = entry.get("jupyterServe") or {}
+    extra = entry.get("jupyterServe")
+    extra = extra if isinstance(extra, dict) else {}
     params = RegisterParams(
         model_name=name,
         handler=extra.get("handler"),
