@@ -60,7 +60,7 @@ EXECUTE_ROUTES = {
 WRITES = {("ModelsRoute", "POST"), ("ModelRoute", "PUT"), ("ModelRoute", "DELETE"),
           ("SetDefaultRoute", "PUT"),
           ("KeysRoute", "GET"), ("KeysRoute", "POST"), ("KeyRoute", "DELETE"),
-          ("ModelStoreRoute", "PUT")}  # fmt: skip
+          ("ModelStoreRoute", "PUT"), ("ModelArchiveRoute", "GET")}  # fmt: skip
 
 
 def expected_action(route: type[Any], verb: str) -> str:

@@ -11,7 +11,18 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ResourceNotFound
-from . import aliases, inference, keys, kserve, management, metrics, openapi, store, summary
+from . import (
+    aliases,
+    archives,
+    inference,
+    keys,
+    kserve,
+    management,
+    metrics,
+    openapi,
+    store,
+    summary,
+)
 from .access import READ, allow
 from .base import NOT_FOUND_MESSAGE, ServeRoute
 
@@ -30,6 +41,7 @@ ROUTES: list[tuple[str, type[Any]]] = [
     *inference.ROUTES,
     *aliases.ROUTES,
     *management.ROUTES,
+    *archives.ROUTES,
     *metrics.ROUTES,
     *kserve.ROUTES,
     *openapi.ROUTES,

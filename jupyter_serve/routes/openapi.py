@@ -195,6 +195,15 @@ def _paths() -> dict[str, dict[str, Any]]:
         "/models/{model_name}/{model_version}/set-default": {
             "put": _op("setDefault", "Make a version the default.", _MV)
         },
+        "/models/{model_name}/{model_version}/archive": {
+            "get": _op(
+                "modelArchive",
+                "Download the .mar the version serves from (registered, or packed from its "
+                "folder); needs write.",
+                _MV,
+                ok={"description": "The archive.", "content": _ARCHIVE},
+            )
+        },
         "/keys": {
             "get": _op("listKeys", "List the inference keys (never their secrets)."),
             "post": _op("createKey", "Mint a key (its secret is shown once).", _KEY),

@@ -1,0 +1,97 @@
+"""The archive a registered model version serves from, as one `.mar` (what export copies).
+
+`served_archive(model, config)` finds it:
+
+* the archive the version was registered from, as it is, when that file is still a
+  `.mar` (a zip) where it was, of this version, naming the handler the version runs;
+* else a `.mar` packed from the folder the version serves from (its extracted
+  archive, or its no-archive folder) with the handler it runs in the manifest: a
+  folder model, a `.tar.gz`, a register that overrode the handler, an archive
+  replaced or removed since;
+* `ModelNotFound` when neither is left ("its files are gone").
+
+A packed archive is written under `<workdir>/.export/` and is the caller's to remove
+(`ServedArchive.temporary`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import tarfile
+import uuid
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..archive import Manifest, inspect_archive, pack_folder
+from ..errors import ModelNotFound, ServeError
+from .registry import Model, RegistryConfig
+from .sources import SourcePolicy, locate
+
+__all__ = ["ServedArchive", "served_archive"]
+
+SCRATCH = ".export"  # under the workdir: archives packed for one request
+
+
+@dataclass(frozen=True)
+class ServedArchive:
+    """A `.mar` of the version; `temporary` when packed for this request (remove it)."""
+
+    path: Path
+    temporary: bool
+
+
+async def served_archive(model: Model, config: RegistryConfig) -> ServedArchive:
+    """The version's archive (module docstring)."""
+    original = await _original(model, config)
+    if original is not None and _matches(original, model):
+        return ServedArchive(original, temporary=False)
+    folder = Path(model.spec.model_dir)
+    if not folder.is_dir():
+        raise ModelNotFound(
+            f"The files of model {model.name} version {model.version} are gone: "
+            f"{model.spec.model_url} (neither the archive nor its extracted folder is left)"
+        )
+    scratch = config.workdir / SCRATCH
+    scratch.mkdir(parents=True, exist_ok=True)
+    target = scratch / f"{model.name}-{uuid.uuid4().hex}.mar"
+    await asyncio.to_thread(pack_folder, folder, target, _manifest(model))
+    return ServedArchive(target, temporary=True)
+
+
+async def _original(model: Model, config: RegistryConfig) -> Path | None:
+    """The `.mar` file the version was registered from, if it is still there."""
+    if model.extracted is None:  # registered from a folder, used in place
+        return None
+    try:
+        source = await locate(model.restore_url, config.model_store, SourcePolicy.of(config))
+    except ServeError:
+        return None
+    path = source.path
+    return path if path.is_file() and path.name.endswith(".mar") else None
+
+
+def _matches(path: Path, model: Model) -> bool:
+    """Whether the archive at `path` is this version, with the handler it runs."""
+    try:
+        manifest = inspect_archive(path).manifest
+    except (OSError, ValueError, ServeError, zipfile.BadZipFile, tarfile.TarError):
+        return False
+    if manifest is None or not zipfile.is_zipfile(path):
+        return False
+    info = manifest.model
+    return info.model_version == model.version and info.handler == model.spec.handler
+
+
+def _manifest(model: Model) -> Manifest:
+    """The version's manifest naming the handler it runs (a register may override it) and
+    its version (a folder without a manifest has none: TorchServe requires one)."""
+    manifest = Manifest.from_dict(model.spec.manifest)
+    info = dataclasses.replace(
+        manifest.model,
+        model_name=manifest.model.model_name or model.name,
+        model_version=model.version,
+        handler=model.spec.handler,
+    )
+    return dataclasses.replace(manifest, model=info)
