@@ -16,6 +16,7 @@ from .build import (
 )
 from .extract import ArchiveListing, ExtractLimits, extract_mar, inspect_archive, model_root
 from .manifest import MANIFEST_PATH, Manifest, ModelInfo, check_model_name, read_manifest
+from .repack import holds_version, repack, running_manifest
 from .spec import ARCHIVE_FORMATS, ArchiveSpec, archiver_parser
 
 __all__ = [
@@ -32,10 +33,13 @@ __all__ = [
     "check_model_name",
     "collect_files",
     "extract_mar",
+    "holds_version",
     "inspect_archive",
     "manifest_for",
     "model_root",
     "output_path",
     "pack_folder",
     "read_manifest",
+    "repack",
+    "running_manifest",
 ]

@@ -17,14 +17,11 @@ A packed archive is written under `<workdir>/.export/` and is the caller's to re
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import tarfile
 import uuid
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..archive import Manifest, inspect_archive, pack_folder
+from ..archive import Manifest, holds_version, pack_folder, running_manifest
 from ..errors import ModelNotFound, ServeError
 from .registry import Model, RegistryConfig
 from .sources import SourcePolicy, locate
@@ -44,54 +41,32 @@ class ServedArchive:
 
 async def served_archive(model: Model, config: RegistryConfig) -> ServedArchive:
     """The version's archive (module docstring)."""
+    spec = model.spec
     original = await _original(model, config)
-    if original is not None and _matches(original, model):
+    if original is not None and holds_version(original, spec.version, spec.handler):
         return ServedArchive(original, temporary=False)
-    folder = Path(model.spec.model_dir)
+    folder = Path(spec.model_dir)
     if not folder.is_dir():
         raise ModelNotFound(
             f"The files of model {model.name} version {model.version} are gone: "
-            f"{model.spec.model_url} (neither the archive nor its extracted folder is left)"
+            f"{spec.model_url} (neither the archive nor its extracted folder is left)"
         )
     scratch = config.workdir / SCRATCH
     scratch.mkdir(parents=True, exist_ok=True)
     target = scratch / f"{model.name}-{uuid.uuid4().hex}.mar"
-    await asyncio.to_thread(pack_folder, folder, target, _manifest(model))
+    manifest = running_manifest(
+        Manifest.from_dict(spec.manifest), model.name, spec.version, spec.handler
+    )
+    await asyncio.to_thread(pack_folder, folder, target, manifest)
     return ServedArchive(target, temporary=True)
 
 
 async def _original(model: Model, config: RegistryConfig) -> Path | None:
-    """The `.mar` file the version was registered from, if it is still there."""
+    """The file the version was registered from, if it is still there."""
     if model.extracted is None:  # registered from a folder, used in place
         return None
     try:
         source = await locate(model.restore_url, config.model_store, SourcePolicy.of(config))
     except ServeError:
         return None
-    path = source.path
-    return path if path.is_file() and path.name.endswith(".mar") else None
-
-
-def _matches(path: Path, model: Model) -> bool:
-    """Whether the archive at `path` is this version, with the handler it runs."""
-    try:
-        manifest = inspect_archive(path).manifest
-    except (OSError, ValueError, ServeError, zipfile.BadZipFile, tarfile.TarError):
-        return False
-    if manifest is None or not zipfile.is_zipfile(path):
-        return False
-    info = manifest.model
-    return info.model_version == model.version and info.handler == model.spec.handler
-
-
-def _manifest(model: Model) -> Manifest:
-    """The version's manifest naming the handler it runs (a register may override it) and
-    its version (a folder without a manifest has none: TorchServe requires one)."""
-    manifest = Manifest.from_dict(model.spec.manifest)
-    info = dataclasses.replace(
-        manifest.model,
-        model_name=manifest.model.model_name or model.name,
-        model_version=model.version,
-        handler=model.spec.handler,
-    )
-    return dataclasses.replace(manifest, model=info)
+    return source.path
