@@ -22,6 +22,9 @@ naming the key.
 
 `load_models` (`standalone` / `all` / `a.mar,b.mar` / `name=a.mar`) is parsed by
 `parse_load_models` into `(name | None, url)` pairs; `all` lists the model store.
+
+`format_properties` writes entries back as a properties file `read_properties` (and
+Java) reads to the same values (`jupyter serve export` writes config.properties).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ __all__ = [
     "TorchServeConfig",
     "TorchServeConfigError",
     "apply_env_overrides",
+    "format_properties",
     "from_properties",
     "load_ts_config",
     "parse_load_models",
@@ -175,6 +179,28 @@ def _unescape(text: str) -> str:
             continue
         out.append(_ESCAPES.get(code, code))
         index += 2
+    return "".join(out)
+
+
+def format_properties(entries: Mapping[str, str], comment: str = "") -> str:
+    """A properties file of `entries`, one `key=value` line each, escaped for Java."""
+    lines = [f"# {line}" for line in comment.splitlines()]
+    lines += [f"{_escape(key, key=True)}={_escape(value)}" for key, value in entries.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _escape(text: str, *, key: bool = False) -> str:
+    out = []
+    for index, char in enumerate(text):
+        if char == "\\" or (key and char in "=: #!") or (char == " " and index == 0):
+            out.append("\\" + char)
+        elif char in "\t\n\r\f":
+            out.append("\\" + {"\t": "t", "\n": "n", "\r": "r", "\f": "f"}[char])
+        elif not " " <= char <= "~":  # Java reads \uXXXX, UTF-16 code units
+            units = char.encode("utf-16-be")
+            out += [f"\\u{units[i]:02x}{units[i + 1]:02x}" for i in range(0, len(units), 2)]
+        else:
+            out.append(char)
     return "".join(out)
 
 

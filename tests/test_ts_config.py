@@ -13,6 +13,7 @@ from jupyter_serve.ts_config import (
     TorchServeConfig,
     TorchServeConfigError,
     apply_env_overrides,
+    format_properties,
     load_ts_config,
     parse_load_models,
     parse_properties,
@@ -269,3 +270,19 @@ def test_model_snapshot_is_kept_whole(tmp_path: Path) -> None:
     config = load(tmp_path, f"model_snapshot={snapshot}\n")
     assert config.model_snapshot == json.loads(snapshot)
     assert "model_snapshot" not in config.unknown
+
+
+def test_format_properties_reads_back_to_the_same_entries() -> None:
+    entries = {
+        "model_snapshot": '{"models": {"m": {"1.0": {"marName": "m.mar"}}}}',
+        "path": "C:\\models\\store",
+        "spaced": "  leading and trailing  ",
+        "multi": "line one\nline two\ttab",
+        "accents": "modèle №1",
+        "odd key=x": "value: # not a comment",
+        "empty": "",
+    }
+    text = format_properties(entries, comment="written by a test\nsecond line")
+    assert text.startswith("# written by a test\n# second line\n")
+    assert parse_properties(text) == entries
+    assert text.isascii()  # Java reads properties as ISO-8859-1: \\uXXXX for the rest
