@@ -1,0 +1,172 @@
+/**
+ * `ModelCard`: one model version in the Serving panel. It builds its DOM once and
+ * then only changes the texts and attributes whose values changed, so a refresh
+ * every second never re-renders the panel (and keeps focus and selection).
+ */
+
+import { CommandRegistry } from '@lumino/commands';
+
+import { CommandIDs } from './commandIds';
+import { button, element, setAttribute, setText, svgElement } from './dom';
+import { ISeries, sparklinePoints } from './history';
+import {
+  IModelSummary,
+  describeWorkers,
+  formatFill,
+  formatMs,
+  formatRate,
+  modelKey
+} from './summary';
+
+const SPARK_WIDTH = 120;
+const SPARK_HEIGHT = 24;
+
+const FIGURES: [string, string, (model: IModelSummary) => string][] = [
+  ['queue', 'queue', model => String(model.queue.pending)],
+  ['rps', 'req/s', model => formatRate(model.throughputRps)],
+  ['p50', 'p50', model => formatMs(model.latencyMs.p50)],
+  ['p99', 'p99', model => formatMs(model.latencyMs.p99)],
+  ['fill', 'batch fill', model => formatFill(model.batchFill)]
+];
+
+export class ModelCard {
+  constructor(
+    model: IModelSummary,
+    private _commands: CommandRegistry
+  ) {
+    this.key = modelKey(model);
+    const args = { name: model.modelName, version: model.modelVersion };
+    this.node = element('li', 'jp-ServeModel', {
+      'data-model': model.modelName,
+      'data-version': model.modelVersion
+    });
+    const name = element('span', 'jp-ServeModel-name', {}, model.modelName);
+    const version = element(
+      'span',
+      'jp-ServeModel-version',
+      {},
+      model.modelVersion
+    );
+    this._default = element('span', 'jp-ServeModel-default', {
+      title: 'the default version'
+    });
+    this._status = element('span', 'jp-ServeModel-status');
+    this._workers = element('div', 'jp-ServeModel-workers');
+    this._throughput = svgElement('polyline', {
+      class: 'jp-ServeModel-throughputLine'
+    });
+    this._latency = svgElement('polyline', {
+      class: 'jp-ServeModel-latencyLine'
+    });
+    this._setDefault = this._action(
+      'Set default',
+      'set-default',
+      CommandIDs.setDefault,
+      args
+    );
+    this.node.append(
+      element(
+        'div',
+        'jp-ServeModel-head',
+        {},
+        name,
+        version,
+        this._default,
+        this._status
+      ),
+      this._workers,
+      this._figureList(),
+      this._sparkline(),
+      element(
+        'div',
+        'jp-ServeModel-actions',
+        {},
+        this._action('Try it', 'try', CommandIDs.tryIt, args),
+        this._action('Log', 'log', CommandIDs.openLog, args),
+        this._action('Scale', 'scale', CommandIDs.scale, args),
+        this._setDefault,
+        this._action('Unregister', 'unregister', CommandIDs.unregister, args)
+      )
+    );
+    this.update(model, { throughput: [], latency: [] });
+  }
+
+  readonly key: string;
+  readonly node: HTMLLIElement;
+
+  /** Show `model`'s new figures and `series` (its history), changing only what differs. */
+  update(model: IModelSummary, series: ISeries): void {
+    setAttribute(this.node, 'data-status', model.status);
+    setAttribute(this.node, 'data-default', String(model.isDefault));
+    setText(this._default, model.isDefault ? '★ default' : '');
+    this._setDefault.hidden = model.isDefault;
+    setText(this._status, model.status);
+    setText(this._workers, `workers: ${describeWorkers(model)}`);
+    setAttribute(this._workers, 'data-ready', String(model.workerCounts.ready));
+    for (const [id, , format] of FIGURES) {
+      setText(this._figures.get(id)!, format(model));
+    }
+    const throughput = sparklinePoints(
+      series.throughput,
+      SPARK_WIDTH,
+      SPARK_HEIGHT
+    );
+    setAttribute(this._throughput, 'points', throughput);
+    setAttribute(
+      this._latency,
+      'points',
+      sparklinePoints(series.latency, SPARK_WIDTH, SPARK_HEIGHT)
+    );
+  }
+
+  private _figureList(): HTMLElement {
+    const list = element('dl', 'jp-ServeModel-figures');
+    for (const [id, label] of FIGURES) {
+      const value = element('dd', 'jp-ServeModel-figure', {
+        'data-figure': id
+      });
+      this._figures.set(id, value);
+      list.append(element('div', '', {}, element('dt', '', {}, label), value));
+    }
+    return list;
+  }
+
+  private _sparkline(): SVGSVGElement {
+    const svg = svgElement('svg', {
+      class: 'jp-ServeModel-sparkline',
+      width: String(SPARK_WIDTH),
+      height: String(SPARK_HEIGHT),
+      viewBox: `0 0 ${SPARK_WIDTH} ${SPARK_HEIGHT}`,
+      preserveAspectRatio: 'none'
+    });
+    const title = svgElement('title');
+    title.textContent =
+      'req/s (solid) and p50 latency (dashed), last two minutes';
+    svg.append(title, this._throughput, this._latency);
+    return svg;
+  }
+
+  private _action(
+    label: string,
+    name: string,
+    command: string,
+    args: { name: string; version: string }
+  ): HTMLButtonElement {
+    return button(
+      label,
+      `jp-ServeModel-${name}`,
+      () => {
+        void this._commands.execute(command, args);
+      },
+      this._commands.caption(command, args) || label
+    );
+  }
+
+  private _figures = new Map<string, HTMLElement>();
+  private _default: HTMLElement;
+  private _status: HTMLElement;
+  private _workers: HTMLElement;
+  private _throughput: SVGPolylineElement;
+  private _latency: SVGPolylineElement;
+  private _setDefault: HTMLButtonElement;
+}

@@ -1,0 +1,114 @@
+/**
+ * What `GET serve/summary` answers (jupyter_serve/routes/summary.py), and how the
+ * panel writes its figures. Pure data: nothing here touches the DOM or the network.
+ */
+
+/** The panel's status word for one model version. */
+export type VersionStatus =
+  'healthy' | 'loading' | 'degraded' | 'failed' | 'stopped';
+
+export interface IWorkerSummary {
+  id: string;
+  status: string;
+  device: string;
+  pid: number | null;
+  memoryUsage: number | null;
+}
+
+export interface IWorkerCounts {
+  target: number;
+  ready: number;
+  starting: number;
+  failed: number;
+}
+
+export interface IModelSummary {
+  modelName: string;
+  modelVersion: string;
+  isDefault: boolean;
+  status: VersionStatus;
+  torchserveStatus: string;
+  minWorkers: number;
+  maxWorkers: number;
+  batchSize: number;
+  maxBatchDelay: number;
+  deviceType: string;
+  modelUrl: string;
+  workers: IWorkerSummary[];
+  workerCounts: IWorkerCounts;
+  queue: { pending: number; remainingCapacity: number };
+  requests: number;
+  throughputRps: number;
+  latencyMs: { p50: number | null; p99: number | null };
+  batchFill: number | null;
+}
+
+export interface ITotals {
+  models: number;
+  versions: number;
+  workersReady: number;
+  throughputRps: number;
+  requests: Record<string, number>;
+}
+
+export interface ISummary {
+  models: IModelSummary[];
+  totals: ITotals;
+}
+
+/** The key of one model version, unique in a summary. */
+export function modelKey(model: {
+  modelName: string;
+  modelVersion: string;
+}): string {
+  return `${model.modelName}/${model.modelVersion}`;
+}
+
+/** Requests per second, with a precision that suits its size. */
+export function formatRate(value: number | null | undefined): string {
+  if (value === null || value === undefined || !Number.isFinite(value)) {
+    return '–';
+  }
+  if (value === 0) {
+    return '0';
+  }
+  return value >= 100
+    ? value.toFixed(0)
+    : value >= 10
+      ? value.toFixed(1)
+      : value.toFixed(2);
+}
+
+/** A latency in milliseconds, or a dash before the first request. */
+export function formatMs(value: number | null | undefined): string {
+  if (value === null || value === undefined || !Number.isFinite(value)) {
+    return '–';
+  }
+  return value >= 100 ? `${value.toFixed(0)} ms` : `${value.toFixed(1)} ms`;
+}
+
+/** How full the batches were, as a percentage. */
+export function formatFill(value: number | null | undefined): string {
+  if (value === null || value === undefined || !Number.isFinite(value)) {
+    return '–';
+  }
+  return `${Math.round(value * 100)}%`;
+}
+
+/** "2 ready · 1 starting · 0 failed" with the devices the workers run on. */
+export function describeWorkers(model: IModelSummary): string {
+  const counts = model.workerCounts;
+  const devices = [...new Set(model.workers.map(worker => worker.device))];
+  const on = devices.length ? ` (${devices.join(', ')})` : '';
+  return `${counts.ready} ready · ${counts.starting} starting · ${counts.failed} failed${on}`;
+}
+
+/** The status-bar text: models serving and their total request rate. */
+export function statusText(summary: ISummary | null): string {
+  if (summary === null) {
+    return 'Serving: –';
+  }
+  const models = summary.totals.models;
+  const noun = models === 1 ? 'model' : 'models';
+  return `Serving: ${models} ${noun} · ${formatRate(summary.totals.throughputRps)} req/s`;
+}

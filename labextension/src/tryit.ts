@@ -1,0 +1,284 @@
+/**
+ * `TryItView`: a main-area tab that sends a JSON, text or file body to
+ * `predictions/{m}/{v}` (or `explanations/...`) and shows the answer: JSON
+ * pretty-printed, text, an image, or, for an explanation that is an image's
+ * attributions, a heat map over the input. It also shows (and copies) the
+ * equivalent `curl` command, with the token left out.
+ */
+
+import { Clipboard, Notification } from '@jupyterlab/apputils';
+import { Widget } from '@lumino/widgets';
+
+import { answerServe, errorMessage, serveUrl, servePath } from './api';
+import { TryBody, contentTypeOf, curlCommand } from './curl';
+import { button, element, setText } from './dom';
+import {
+  Grid,
+  attributionGrid,
+  greyPixels,
+  heatPixels,
+  inputGrid
+} from './heatmap';
+
+type Kind = TryBody['kind'];
+const CANVAS_WIDTH = 256;
+
+export class TryItView extends Widget {
+  constructor(
+    readonly modelName: string,
+    readonly modelVersion: string
+  ) {
+    super();
+    this.addClass('jp-ServeTry');
+    this.id = `jupyter-serve-try-${modelName}-${modelVersion}`;
+    this.title.label = `Try ${modelName} ${modelVersion}`;
+    this.title.closable = true;
+    this._route.append(
+      new Option('predictions', 'predictions'),
+      new Option('explanations', 'explanations')
+    );
+    this._route.name = 'route';
+    this._text.name = 'body';
+    this._text.rows = 8;
+    this._text.placeholder = '[6.5, 3.0, 5.8, 2.2]';
+    this._file.type = 'file';
+    this._file.name = 'file';
+    this.node.append(
+      element(
+        'div',
+        'jp-ServeTry-target',
+        {},
+        'POST ',
+        this._route,
+        ` /${modelName}/${modelVersion}`
+      ),
+      this._kinds(),
+      this._text,
+      this._file,
+      element(
+        'div',
+        'jp-ServeTry-buttons',
+        {},
+        button(
+          'Send',
+          'jp-ServeTry-send',
+          () => void this.send(),
+          'Send the request'
+        ),
+        button(
+          'Copy curl',
+          'jp-ServeTry-copy',
+          () => this._copyCurl(),
+          'Copy an equivalent curl command (the token is left out)'
+        )
+      ),
+      element('pre', 'jp-ServeTry-curl'),
+      this._status,
+      this._answer,
+      this._image,
+      this._canvas
+    );
+    this._setKind('json');
+    this._image.hidden = true;
+    this._canvas.hidden = true;
+    this._canvas.width = CANVAS_WIDTH;
+    for (const input of [this._text, this._file, this._route]) {
+      input.addEventListener(input === this._text ? 'input' : 'change', () =>
+        this._showCurl()
+      );
+    }
+  }
+
+  /** Send the body and show the answer. */
+  async send(): Promise<void> {
+    const body = this._body();
+    const init: RequestInit = {
+      method: 'POST',
+      body: body.kind === 'file' ? (this._file.files?.[0] ?? null) : body.text,
+      headers: { 'Content-Type': contentTypeOf(body) }
+    };
+    setText(this._status, 'Sending…');
+    const started = performance.now();
+    try {
+      const response = await answerServe(this._path(), init);
+      const elapsed = Math.round(performance.now() - started);
+      await this._show(response, elapsed);
+    } catch (error) {
+      setText(
+        this._status,
+        error instanceof Error ? error.message : String(error)
+      );
+    }
+  }
+
+  private _kinds(): HTMLElement {
+    const group = element('div', 'jp-ServeTry-kinds', { role: 'radiogroup' });
+    for (const [kind, label] of [
+      ['json', 'JSON'],
+      ['text', 'Text'],
+      ['file', 'File']
+    ] as [Kind, string][]) {
+      const radio = element('input', '', {
+        type: 'radio',
+        name: `kind-${this.id}`,
+        value: kind
+      });
+      radio.addEventListener('change', () => this._setKind(kind));
+      this._radios.set(kind, radio);
+      group.append(element('label', '', {}, radio, ` ${label}`));
+    }
+    return group;
+  }
+
+  private _setKind(kind: Kind): void {
+    this._kind = kind;
+    this._radios.get(kind)!.checked = true;
+    this._text.hidden = kind === 'file';
+    this._file.hidden = kind !== 'file';
+    this._showCurl();
+  }
+
+  private _path(): string {
+    return servePath(this._route.value, this.modelName, this.modelVersion);
+  }
+
+  private _body(): TryBody {
+    if (this._kind === 'file') {
+      const file = this._file.files?.[0];
+      return {
+        kind: 'file',
+        name: file?.name ?? 'FILE',
+        type: file?.type ?? ''
+      };
+    }
+    return { kind: this._kind, text: this._text.value };
+  }
+
+  private _curl(): string {
+    const url = new URL(serveUrl(this._path()), window.location.href).href;
+    return curlCommand(url, this._body());
+  }
+
+  private _showCurl(): void {
+    const target = this.node.querySelector('.jp-ServeTry-curl');
+    if (target) {
+      setText(target, this._curl());
+    }
+  }
+
+  private _copyCurl(): void {
+    const command = this._curl();
+    this._showCurl();
+    Clipboard.copyToSystem(command);
+    Notification.info('Copied the curl command (set JUPYTER_TOKEN first)', {
+      autoClose: 3000
+    });
+  }
+
+  private async _show(response: Response, elapsed: number): Promise<void> {
+    this._showCurl();
+    const type = response.headers.get('Content-Type') ?? '';
+    setText(
+      this._status,
+      `${response.status} ${response.statusText} · ${type || 'no Content-Type'} · ${elapsed} ms`
+    );
+    this._status.setAttribute('data-status', String(response.status));
+    this._image.hidden = true;
+    this._canvas.hidden = true;
+    if (!response.ok) {
+      const error = await errorMessage(response);
+      setText(this._answer, error.message);
+      Notification.error(`${this.modelName}: ${error.message}`, {
+        autoClose: 10000
+      });
+      return;
+    }
+    if (type.startsWith('image/')) {
+      this._showImage(await response.blob());
+      setText(this._answer, '');
+      return;
+    }
+    const text = await response.text();
+    const json = parseJSON(text);
+    setText(
+      this._answer,
+      json === undefined ? text : JSON.stringify(json, null, 2)
+    );
+    if (this._route.value === 'explanations' && json !== undefined) {
+      await this._showHeatmap(json);
+    }
+  }
+
+  private _showImage(blob: Blob): void {
+    URL.revokeObjectURL(this._image.src);
+    this._image.src = URL.createObjectURL(blob);
+    this._image.hidden = false;
+  }
+
+  private async _showHeatmap(answer: unknown): Promise<void> {
+    const like = this._kind === 'file' ? null : inputGrid(this._text.value);
+    const grid = attributionGrid(answer, like);
+    if (grid === null) {
+      return;
+    }
+    const context = this._canvas.getContext('2d');
+    if (context === null) {
+      return;
+    }
+    const height = Math.round((CANVAS_WIDTH * grid.length) / grid[0].length);
+    this._canvas.height = height;
+    context.imageSmoothingEnabled = false;
+    context.fillStyle = 'white';
+    context.fillRect(0, 0, CANVAS_WIDTH, height);
+    const file = this._kind === 'file' ? this._file.files?.[0] : undefined;
+    if (file && file.type.startsWith('image/')) {
+      context.drawImage(
+        await createImageBitmap(file),
+        0,
+        0,
+        CANVAS_WIDTH,
+        height
+      );
+    } else if (like !== null) {
+      await drawPixels(context, greyPixels(like), like, height);
+    }
+    await drawPixels(context, heatPixels(grid), grid, height);
+    this._canvas.hidden = false;
+  }
+
+  private _kind: Kind = 'json';
+  private _radios = new Map<Kind, HTMLInputElement>();
+  private _route = element('select', 'jp-mod-styled jp-ServeTry-route');
+  private _text = element('textarea', 'jp-mod-styled jp-ServeTry-body');
+  private _file = element('input', 'jp-ServeTry-file');
+  private _status = element('div', 'jp-ServeTry-status');
+  private _answer = element('pre', 'jp-ServeTry-answer');
+  private _image = element('img', 'jp-ServeTry-image', { alt: 'the answer' });
+  private _canvas = element('canvas', 'jp-ServeTry-heatmap', {
+    'aria-label': 'explanation heat map'
+  });
+}
+
+function parseJSON(text: string): unknown {
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Draw RGBA pixels of a grid over the whole canvas width, nearest-neighbour scaled. */
+async function drawPixels(
+  context: CanvasRenderingContext2D,
+  pixels: Uint8ClampedArray,
+  grid: Grid,
+  height: number
+): Promise<void> {
+  const image = new ImageData(
+    new Uint8ClampedArray(pixels),
+    grid[0].length,
+    grid.length
+  );
+  const bitmap = await createImageBitmap(image);
+  context.drawImage(bitmap, 0, 0, CANVAS_WIDTH, height);
+}

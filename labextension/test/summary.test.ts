@@ -1,0 +1,65 @@
+import { describe, expect, it } from 'vitest';
+
+import {
+  describeWorkers,
+  formatFill,
+  formatMs,
+  formatRate,
+  modelKey,
+  statusText
+} from '../src/summary';
+import { summary, version } from './fixtures';
+
+describe('figures', () => {
+  it('writes rates with a precision that suits them', () => {
+    expect(formatRate(0)).toBe('0');
+    expect(formatRate(0.4)).toBe('0.40');
+    expect(formatRate(12.34)).toBe('12.3');
+    expect(formatRate(1234.5)).toBe('1235');
+    expect(formatRate(null)).toBe('–');
+    expect(formatRate(Number.NaN)).toBe('–');
+  });
+
+  it('writes latencies in ms and a dash before the first request', () => {
+    expect(formatMs(null)).toBe('–');
+    expect(formatMs(1.234)).toBe('1.2 ms');
+    expect(formatMs(250.6)).toBe('251 ms');
+  });
+
+  it('writes batch fill as a percentage', () => {
+    expect(formatFill(0.125)).toBe('13%');
+    expect(formatFill(1)).toBe('100%');
+    expect(formatFill(null)).toBe('–');
+  });
+});
+
+describe('versions', () => {
+  it('keys a version by name and version', () => {
+    expect(modelKey(version({ modelName: 'a', modelVersion: '2.0' }))).toBe(
+      'a/2.0'
+    );
+  });
+
+  it('counts workers by state with their devices', () => {
+    const model = version({
+      workers: [
+        { id: '1', status: 'READY', device: 'cpu', pid: 1, memoryUsage: 0 },
+        { id: '2', status: 'UNLOADING', device: 'gpu', pid: 2, memoryUsage: 0 }
+      ],
+      workerCounts: { target: 3, ready: 1, starting: 1, failed: 1 }
+    });
+    expect(describeWorkers(model)).toBe(
+      '1 ready · 1 starting · 1 failed (cpu, gpu)'
+    );
+  });
+
+  it('says how many models serve and their total rate in the status bar', () => {
+    expect(statusText(null)).toBe('Serving: –');
+    const two = summary(
+      version({ throughputRps: 1.5 }),
+      version({ modelName: 'other', throughputRps: 2 })
+    );
+    expect(statusText(two)).toBe('Serving: 2 models · 3.50 req/s');
+    expect(statusText(summary(version()))).toBe('Serving: 1 model · 0 req/s');
+  });
+});
