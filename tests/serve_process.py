@@ -50,14 +50,18 @@ def free_port() -> int:
 class ServeProcess:
     """One `jupyter serve` subprocess."""
 
-    def __init__(self, root: Path, args: Sequence[str] = (), workdir: Path | None = None) -> None:
+    def __init__(
+        self, root: Path, args: Sequence[str] = (), workdir: Path | None = None, app: str = "serve"
+    ) -> None:
+        """`app` is the `jupyter` subcommand: `serve`, or `lab` (JupyterLab with jupyter_serve
+        enabled by its config file, as a user runs it; test_labextension.py)."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
         self.lines: list[str] = []
         self._changed = threading.Condition()
         argv = [
             *jupyter_command(),
-            "serve",
+            app,
             f"--port={self.port}",
             "--ip=127.0.0.1",
             f"--IdentityProvider.token={TOKEN}",
