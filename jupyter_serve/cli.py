@@ -12,6 +12,10 @@ manages the inference keys of a running server instead (found as the magics find
 one: `JUPYTER_SERVE_URL`/`JUPYTER_SERVE_TOKEN`, else the one running server's
 runtime file); `create` prints the key alone on stdout, the only time it is shown.
 
+`jupyter serve export DIR [--models a,b] [--force] [--protocol v1|v2] [--storage-uri U]
+[--snapshot FILE] [--url U --token T]` writes what a running server (found the same
+way) or a snapshot file serves as TorchServe/KServe files (`jupyter_serve.export`).
+
 `--demo` builds the demo model (`jupyter_serve.demo`) into the model store and
 loads it as "demo". As root, `--allow-root` is added (Jupyter refuses root
 otherwise). SIGINT and SIGTERM stop the server at once, without Jupyter's
@@ -36,7 +40,7 @@ from .client import ServeClient, ServeClientError, ServerNotFound, discover
 from .demo import DEMO_MODEL, build_demo
 from .keys import key_table
 
-__all__ = ["keys_main", "keys_parser", "main", "parser", "server_argv"]
+__all__ = ["export_main", "keys_main", "keys_parser", "main", "parser", "server_argv"]
 
 
 def parser() -> argparse.ArgumentParser:
@@ -45,7 +49,8 @@ def parser() -> argparse.ArgumentParser:
         prog="jupyter serve",
         description="Start a Jupyter server serving PyTorch models under {base_url}serve/. "
         "Other arguments go to the Jupyter server (--port, --IdentityProvider.token=...).",
-        epilog="`jupyter serve keys --help`: inference keys of a running server.",
+        epilog="`jupyter serve keys --help`: inference keys of a running server; "
+        "`jupyter serve export --help`: its models as TorchServe/KServe files.",
     )
     parse.add_argument("--model-store", help="Folder of model archives (.mar).")
     parse.add_argument(
@@ -127,11 +132,35 @@ def _key_command(client: ServeClient, args: argparse.Namespace) -> None:
         print(client.revoke_key(args.key_id)["status"])
 
 
+def export_main(argv: Sequence[str]) -> int:
+    """Run one `jupyter serve export`; returns the exit code (export/command.py)."""
+    from .export import ExportError, add_export_arguments, export_status, run_export
+
+    parse = argparse.ArgumentParser(
+        prog="jupyter serve export",
+        description="Write what the notebook server serves as TorchServe and KServe files.",
+    )
+    parse.add_argument("--url", help="The Jupyter server (default: found as the magics do).")
+    parse.add_argument("--token", help="Its token (default: $JUPYTER_SERVE_TOKEN or its file).")
+    args = add_export_arguments(parse).parse_args(argv)
+
+    def client() -> ServeClient:
+        return ServeClient(discover(args.url, args.token, any_server=True), timeout=600)
+
+    try:
+        return export_status(run_export(args, client))
+    except (ExportError, ServerNotFound, ServeClientError, OSError, ValueError) as error:
+        print(f"jupyter serve export: {error}", file=sys.stderr)
+        return 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the server until SIGINT/SIGTERM (or a `keys` command); returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["keys"]:
         return keys_main(argv[1:])
+    if argv[:1] == ["export"]:
+        return export_main(argv[1:])
     args, rest = parser().parse_known_args(argv)
     server = ServerApp.instance(jpserver_extensions={"jupyter_serve": True})
     server.classes = [*server.classes, ServeApp]  # `--help-all` lists ServeApp's traits

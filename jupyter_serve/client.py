@@ -233,7 +233,7 @@ class ServeClient:
             with urllib.request.urlopen(request, timeout=self.timeout) as answer:
                 return Response(answer.status, dict(answer.headers.items()), answer.read())
         except urllib.error.HTTPError as error:
-            raise _client_error(error.code, error.read()) from None
+            raise client_error(error.code, error.read()) from None
 
     def request_json(self, method: str, path: str, **kwargs: Any) -> Any:
         return self.request(method, path, **kwargs).json()
@@ -399,7 +399,8 @@ def _encode_body(body: Any, content_type: str | None) -> tuple[bytes, str]:
     return json.dumps(body).encode("utf-8"), content_type or "application/json"
 
 
-def _client_error(status: int, body: bytes) -> ServeClientError:
+def client_error(status: int, body: bytes) -> ServeClientError:
+    """The `ServeClientError` of an error answer (TorchServe's JSON, else its text)."""
     try:
         data = json.loads(body)
     except ValueError:

@@ -1,0 +1,35 @@
+"""`jupyter serve export DIR`: what the notebook server serves, laid out for TorchServe and KServe.
+
+    DIR/model-store/*.mar           every chosen model version's archive
+    DIR/config/config.properties    TorchServe's settings, a model_snapshot of every version
+    DIR/inferenceservice.yaml       a KServe v1beta1 InferenceService (pytorch, v1 or v2)
+    DIR/README.md                   how to run it, and what did not carry over
+
+One concern per module:
+
+* `plan`: `ExportItem` (one version and its settings), `Skipped`, the errors;
+* `gather`: items from a running server or from a snapshot file;
+* `facts`: what an archive needs elsewhere (requirements, a kernelspec's Python);
+* `properties`, `kserve`, `readme`: the three written files;
+* `layout`: writing it all beside DIR, then renaming it into place;
+* `command`: the arguments and run shared by the CLI (cli.py) and `%serve export`.
+"""
+
+from __future__ import annotations
+
+from .command import add_export_arguments, export_status, run_export
+from .layout import ExportOptions, ExportResult, write_export
+from .plan import ExportError, ExportItem, NotExported, Skipped
+
+__all__ = [
+    "ExportError",
+    "ExportItem",
+    "ExportOptions",
+    "ExportResult",
+    "NotExported",
+    "Skipped",
+    "add_export_arguments",
+    "export_status",
+    "run_export",
+    "write_export",
+]
