@@ -13,6 +13,8 @@
     %serve predict NAME [DATA | --file F | --json J]   (explain: the same, drawn)
     %serve dashboard [--interval S]
     %serve keys list | create [--name N] [--models a,b] | revoke ID   (inference keys)
+    %serve export DIR [--models a,b] [--force] [--protocol v1|v2] [--storage-uri U]
+                      (the served models as TorchServe/KServe files: jupyter_serve.export)
 
 The handler cell is written to a file and runs from that file: notebook
 variables are NOT visible to it (workers are separate processes).
@@ -50,7 +52,7 @@ from .client import (
     discover,
 )
 from .errors import ServeError
-from .failures import one_line_failures
+from .failures import failure_line, one_line_failures
 from .protocol import InferenceResult
 from .workspace import HandlerFolder
 
@@ -127,6 +129,9 @@ def _serve_parser() -> _Parser:
     create.add_argument("--name", default="")
     create.add_argument("--models", default="")
     actions.add_parser("revoke").add_argument("key_id")
+    from .export import add_export_arguments  # the same arguments as `jupyter serve export`
+
+    add_export_arguments(sub.add_parser("export"))
     return p
 
 
@@ -400,6 +405,18 @@ class ServeMagics(Magics):
         minted = self.client.create_key(args.name, models)
         print(f"Key {minted['id']} created: its key is shown only now; store it safely.")
         return minted
+
+    def _serve_export(self, args: argparse.Namespace) -> Any:
+        """Write the served models as TorchServe/KServe files; returns the `ExportResult`."""
+        from .export import ExportError, run_export
+
+        try:
+            return run_export(args, lambda: self.client)
+        except ExportError as error:  # DIR taken, nothing to export: one line, as any failure
+            if args.debug:
+                raise
+            print(failure_line("Export", error))
+            return None
 
 
 def load_ipython_extension(ipython: Any) -> None:
