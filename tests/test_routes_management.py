@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from route_models import release_if_waiting
 from tornado.httpclient import HTTPClientError, HTTPResponse
 
 from jupyter_serve.archive import ArchiveSpec, build_mar
@@ -309,7 +311,7 @@ async def test_synchronous_scale_of_a_failing_handler_is_500(
 
 
 class PartialPool:
-    """A pool whose workers all 'started' yet none is serving: scale answers 206."""
+    """A pool whose new workers loaded yet none runs now (all restarting): scale answers 206."""
 
     healthy_count = 0
     worker_count = 0
@@ -333,6 +335,42 @@ async def test_synchronous_scale_with_too_few_serving_workers_is_206(
         206,
         {"status": "Workers scaling in progress..."},
     )
+
+
+SLOW_SECOND_LOAD = """
+import os
+
+
+def handle(data, context):
+    if not data:  # load: once ARMED exists, wait for GATE (a FIFO) to be written
+        if os.path.exists({armed!r}):
+            with open({gate!r}, "rb") as gate:
+                gate.read()
+        return None
+    return [row.get("body") for row in data]
+"""
+
+
+async def test_synchronous_scale_counts_workers_still_starting_as_torchserve(
+    jp_fetch: Fetch, build: Callable[..., str], registry: ModelRegistry, tmp_path: Path
+) -> None:
+    """TorchServe 0.12 answered 200 "Workers scaled to 2" to a synchronous scale while the
+    second worker (asked for by an earlier asynchronous scale) was still loading."""
+    armed, fifo = tmp_path / "armed", tmp_path / "gate"
+    os.mkfifo(fifo)
+    source = SLOW_SECOND_LOAD.format(armed=str(armed), gate=str(fifo))
+    assert (await register(jp_fetch, build("slow", source=source), initial_workers="1"))[0] == 200
+    armed.touch()
+    try:
+        assert await call(jp_fetch, "PUT", "models", "slow", min_worker="2") == (
+            202, {"status": "Processing worker updates..."})  # fmt: skip
+        starting = [w for w in registry.get("slow").pool.workers if w["status"] != "READY"]
+        assert len(starting) == 1  # the second worker waits at the gate
+        assert await call(jp_fetch, "PUT", "models", "slow", min_worker="2",
+                          synchronous="true") == (
+            200, {"status": "Workers scaled to 2 for model: slow"})  # fmt: skip
+    finally:
+        await release_if_waiting(fifo)
 
 
 async def test_scale_errors(jp_fetch: Fetch, build: Callable[..., str]) -> None:

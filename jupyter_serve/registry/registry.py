@@ -274,7 +274,12 @@ class ModelRegistry:
         max_worker: int | None = None,
         synchronous: bool = False,
     ) -> tuple[int, str]:
-        """Set the model version's worker counts; TorchServe's 200/202/206/400/404/500."""
+        """Set the model version's worker counts; TorchServe's 200/202/206/400/404/500.
+
+        A synchronous scale waits for the workers it adds, then answers 200 when at least
+        `min_worker` workers are starting or serving (TorchServe's `scaleRequestStatus`
+        counts every worker not stopped or in error), and 206 when some are restarting.
+        """
         model = self.get(name, version)
         max_worker = min_worker if max_worker is None else max_worker
         if max_worker < min_worker:
@@ -286,7 +291,7 @@ class ModelRegistry:
             return 202, ASYNC_MESSAGE
         if not result.ok:
             raise _start_failure(result, name, version or "null")
-        if model.pool.healthy_count < min_worker:
+        if len(model.pool.workers) < min_worker:  # starting ones count, as in TorchServe
             return 206, "Workers scaling in progress..."
         named = f"model: {name}" if version is None else f"model: {name}, version: {version}"
         return 200, f"Workers scaled to {min_worker} for {named}"
