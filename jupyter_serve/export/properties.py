@@ -5,8 +5,10 @@ KServe mounts the export at `/mnt/models` and starts `torchserve --start
 its wrapper answers the KServe protocol on 8080 and reaches TorchServe at the
 `inference_address` (8085), and learns the model names from `model_snapshot`. So::
 
-    inference_address, management_address   http://0.0.0.0:8085 (the wrapper's upstream)
-    metrics_address                          http://0.0.0.0:8082 (KServe scrapes /metrics)
+    inference_address    http://0.0.0.0:8085 (the wrapper's upstream)
+    management_address   http://0.0.0.0:8081 (KServe's examples share 8085, where
+                         TorchServe 0.12 then answers only the inference API: no describe)
+    metrics_address      http://0.0.0.0:8082 (KServe scrapes /metrics)
     grpc_inference_port, grpc_management_port  7070, 7071
     enable_metrics_api=true, metrics_mode=prometheus
     enable_envvars_config=true     KServe picks the protocol with TS_SERVICE_ENVELOPE
@@ -36,7 +38,7 @@ __all__ = ["KSERVE_MOUNT", "config_properties", "model_snapshot"]
 KSERVE_MOUNT = "/mnt/models"  # where KServe's storage initializer puts the export
 ADDRESSES = {
     "inference_address": "http://0.0.0.0:8085",
-    "management_address": "http://0.0.0.0:8085",
+    "management_address": "http://0.0.0.0:8081",
     "metrics_address": "http://0.0.0.0:8082",
     "grpc_inference_port": "7070",
     "grpc_management_port": "7071",

@@ -71,19 +71,19 @@ Java 17), from this folder:
 
 ```bash
 torchserve --start --model-store model-store --ts-config config/config.properties
-curl http://localhost:8085/models                      # the models and versions
+curl http://localhost:8081/models                      # the models and versions
 curl http://localhost:8085/predictions/{first} -H "Content-Type: application/json" \\
      -d @input.json                                    # its default version
 torchserve --stop
 ```
 
-The addresses are KServe's (`0.0.0.0:8085` for inference and management, `8082` for
-metrics) and token authorization is off, as KServe's runtime needs: on a shared
-machine, bind to loopback instead (`enable_envvars_config` is on, so the environment
-overrides the file):
+The addresses are KServe's (`0.0.0.0:8085` for inference, `8081` for management,
+`8082` for metrics) and token authorization is off, as KServe's runtime needs: on a
+shared machine, bind to loopback instead (`enable_envvars_config` is on, so the
+environment overrides the file):
 
 ```bash
-TS_INFERENCE_ADDRESS=http://127.0.0.1:8085 TS_MANAGEMENT_ADDRESS=http://127.0.0.1:8085 \\
+TS_INFERENCE_ADDRESS=http://127.0.0.1:8085 TS_MANAGEMENT_ADDRESS=http://127.0.0.1:8081 \\
 TS_METRICS_ADDRESS=http://127.0.0.1:8082 \\
 torchserve --start --model-store model-store --ts-config config/config.properties
 ```
