@@ -12,7 +12,7 @@ import { ModelCard } from './card';
 import { CommandIDs } from './commandIds';
 import { button, element, setText } from './dom';
 import { ServingModel } from './model';
-import { ISummary, formatRate, modelKey } from './summary';
+import { ISummary, formatRate, modelKey, plural } from './summary';
 
 export const PANEL_ID = 'jupyter-serve-panel';
 
@@ -116,7 +116,7 @@ export class ServingPanel extends Widget {
     const totals = summary.totals;
     setText(
       this._totals,
-      `${totals.models} model${totals.models === 1 ? '' : 's'} · ${totals.workersReady} workers ready · ${formatRate(totals.throughputRps)} req/s`
+      `${plural(totals.models, 'model')} · ${plural(totals.workersReady, 'worker')} ready · ${formatRate(totals.throughputRps)} req/s`
     );
   }
 

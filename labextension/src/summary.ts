@@ -103,12 +103,16 @@ export function describeWorkers(model: IModelSummary): string {
   return `${counts.ready} ready · ${counts.starting} starting · ${counts.failed} failed${on}`;
 }
 
+/** "1 model", "2 models". */
+export function plural(count: number, noun: string): string {
+  return `${count} ${noun}${count === 1 ? '' : 's'}`;
+}
+
 /** The status-bar text: models serving and their total request rate. */
 export function statusText(summary: ISummary | null): string {
   if (summary === null) {
     return 'Serving: –';
   }
-  const models = summary.totals.models;
-  const noun = models === 1 ? 'model' : 'models';
-  return `Serving: ${models} ${noun} · ${formatRate(summary.totals.throughputRps)} req/s`;
+  const models = plural(summary.totals.models, 'model');
+  return `Serving: ${models} · ${formatRate(summary.totals.throughputRps)} req/s`;
 }

@@ -1,0 +1,284 @@
+"""The Serving panel in a real browser: Debian's chromium driving a real `jupyter lab`.
+
+One `jupyter lab` (under a non-default base_url, no token in the page: cookie + XSRF
+only) serves the demo model; one page goes through what a user does, in order:
+see the demo model, watch its figures move with predictions, serve a `.mar` from
+the file browser (an archive outside the model store, so it is uploaded first),
+scale, set the default version, try a model, follow its log, see an error as a
+notification, explain with a heat map, unregister, and run `%serve dashboard` in
+a notebook of the same server. Screenshots land in build/screenshots/.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lab_browser import (
+    BASE_URL,
+    HEAT_HANDLER,
+    PRINTING_HANDLER,
+    TIMEOUT,
+    Lab,
+    LabServer,
+    build_archive,
+    chromium,
+)
+from PIL import Image
+from serve_process import TOKEN
+
+from jupyter_serve.demo import CONFIG
+
+playwright_api = pytest.importorskip("playwright.sync_api")
+expect = playwright_api.expect
+pytestmark = pytest.mark.skipif(
+    not Path("/usr/bin/chromium").exists(), reason="needs Debian's chromium (scripts/test)"
+)
+IRIS = "[6.5, 3.0, 5.8, 2.2]"
+NO_FIGURE = "\u2013"  # the panel's dash before a model's first request
+
+
+@pytest.fixture(autouse=True)
+def jp_asyncio_loop() -> None:
+    """No pytest-jupyter event loop here: the server is a subprocess, and playwright's sync
+    API runs its own loop, which pytest-jupyter's would find running at teardown."""
+
+
+@pytest.fixture(autouse=True)
+def jp_server_cleanup() -> None:
+    """Nothing in-process to clean up (see `jp_asyncio_loop`)."""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
+    root = tmp_path_factory.mktemp("lab")
+    archives = root / "archives"
+    archives.mkdir()
+    build_archive(archives, "demo", "2.0", PRINTING_HANDLER, CONFIG)
+    build_archive(root / "model_store", "heat", "1.0", HEAT_HANDLER)
+    (root / "dashboard.ipynb").write_text(json.dumps(_notebook()))
+    lab = LabServer(root)
+    try:
+        lab.start(models=1)
+        yield lab
+        assert lab.stop() == 0
+    finally:
+        lab.kill()
+
+
+@pytest.fixture(scope="module")
+def lab(server: LabServer) -> Iterator[Lab]:
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        yield Lab(page, server)
+
+
+def _notebook() -> dict[str, Any]:
+    cells = ["%load_ext jupyter_serve", "%serve dashboard"]
+    return {
+        "cells": [
+            {
+                "cell_type": "code",
+                "metadata": {},
+                "source": s,
+                "outputs": [],
+                "execution_count": None,
+            }
+            for s in cells
+        ],
+        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3"}},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+
+
+def _predict(server: LabServer, count: int, version: str = "") -> None:
+    with server.serve_client() as client:
+        for _ in range(count):
+            path = f"predictions/demo/{version}" if version else "predictions/demo"
+            client.post(path, content=IRIS).raise_for_status()
+
+
+def test_the_labextension_is_installed_with_the_package() -> None:
+    jupyter = Path(sys.executable).parent / "jupyter"
+    listed = subprocess.run(
+        [str(jupyter), "labextension", "list"], capture_output=True, text=True, check=True
+    )
+    output = listed.stdout + listed.stderr
+    assert re.search(r"jupyter_serve v\S+ .*enabled.*OK.*\(python, jupyter_serve\)", output)
+
+
+def test_lab_loads_the_panel_listing_the_demo_model(lab: Lab) -> None:
+    lab.open()
+    config = lab.page.evaluate("document.getElementById('jupyter-config-data').textContent")
+    assert TOKEN not in config  # the extension authenticates with the cookie alone
+    panel = lab.open_panel()
+    demo = lab.card("demo", "1.0")
+    expect(demo).to_have_attribute("data-status", "healthy", timeout=TIMEOUT)
+    expect(demo.locator(".jp-ServeModel-workers")).to_have_attribute("data-ready", "1")
+    expect(demo.locator(".jp-ServeModel-workers")).to_contain_text("(cpu)")
+    expect(demo).to_have_attribute("data-default", "true")
+    expect(panel.locator(".jp-ServePanel-totals")).to_contain_text("1 model")
+    expect(lab.page.locator(".jp-ServeStatus")).to_contain_text("Serving: 1 model")
+    assert lab.console_errors == []
+
+
+def test_figures_move_with_predictions_without_a_re_render(lab: Lab, server: LabServer) -> None:
+    demo = lab.card("demo", "1.0")
+    demo.evaluate("node => { node.dataset.probe = 'kept' }")
+    expect(demo.locator('[data-figure="p50"]')).to_have_text(NO_FIGURE)
+    with lab.page.expect_request(re.compile(re.escape(f"{BASE_URL}serve/summary"))) as seen:
+        _predict(server, 20)
+    request = seen.value
+    assert "x-xsrftoken" in request.headers  # ServerConnection: cookie + XSRF
+    assert TOKEN not in request.url
+    assert TOKEN not in json.dumps(request.headers)
+    expect(demo.locator('[data-figure="p50"]')).to_have_text(re.compile(r"\d+(\.\d)? ms"))
+    expect(demo.locator('[data-figure="rps"]')).not_to_have_text("0")
+    expect(demo.locator('[data-figure="fill"]')).to_have_text(re.compile(r"\d+%"))
+    expect(lab.page.locator(".jp-ServeStatus")).not_to_contain_text("· 0 req/s")
+    points = demo.locator(".jp-ServeModel-throughputLine")
+    expect(points).to_have_attribute("points", re.compile(r"\d+\.\d,\d+\.\d \d"))
+    assert demo.get_attribute("data-probe") == "kept"  # the same node, updated in place
+
+
+def test_refresh_pauses_and_resumes(lab: Lab) -> None:
+    pause = lab.page.locator(".jp-ServePanel-pause")
+    pause.click()
+    expect(pause).to_have_text("Resume")
+    expect(lab.page.locator("#jupyter-serve-panel")).to_have_class(re.compile("jp-mod-paused"))
+    with lab.page.expect_request(re.compile(r"serve/summary")):
+        pause.click()  # resuming refreshes at once
+    expect(pause).to_have_text("Pause")
+
+
+def test_serve_a_mar_from_the_file_browser(lab: Lab) -> None:
+    lab.page.locator('li[data-id="filebrowser"]').click()
+    listing = lab.page.locator(".jp-DirListing-content")
+    listing.locator('.jp-DirListing-item[data-isdir="true"]', has_text="archives").dblclick()
+    archive = listing.locator('.jp-DirListing-item[data-file-type="jupyter-serve-mar"]')
+    archive.click(button="right")
+    lab.page.locator(".lm-Menu-item", has_text="Serve this model").click()
+    form = lab.dialog()
+    form.locator('input[name="initial_workers"]').fill("1")
+    form.locator('input[name="batch_size"]').fill("4")
+    lab.accept("Serve")
+    lab.notification("demo/2.0: 1/1 workers ready")
+    lab.open_panel()
+    served = lab.card("demo", "2.0")
+    expect(served).to_have_attribute("data-status", "healthy")
+    expect(served).to_have_attribute("data-default", "false")
+    assert (lab.server.store / "demo-2.0.mar").exists()  # uploaded: archives/ is not served
+
+
+def test_scale_to_two_workers(lab: Lab) -> None:
+    demo = lab.card("demo", "1.0")
+    demo.locator(".jp-ServeModel-scale").click()
+    lab.dialog().locator("input").fill("2")
+    lab.accept("Ok")
+    workers = demo.locator(".jp-ServeModel-workers")
+    expect(workers).to_have_attribute("data-ready", "2")
+    expect(workers).to_contain_text("2 ready · 0 starting · 0 failed")
+    lab.notification("Scaling demo/1.0 to 2: 2/2 workers ready")
+    lab.screenshot("serving-panel", lab.page.locator("#jupyter-serve-panel"))
+
+
+def test_set_the_default_version(lab: Lab, server: LabServer) -> None:
+    lab.card("demo", "2.0").locator(".jp-ServeModel-set-default").click()
+    lab.notification('Default version successfully updated for model "demo" to "2.0"')
+    expect(lab.card("demo", "2.0")).to_have_attribute("data-default", "true")
+    expect(lab.card("demo", "1.0")).to_have_attribute("data-default", "false")
+    with server.serve_client() as client:
+        assert client.get("models/demo").json()[0]["modelVersion"] == "2.0"
+
+
+def test_try_it_and_follow_the_log(lab: Lab, server: LabServer) -> None:
+    lab.card("demo", "2.0").locator(".jp-ServeModel-log").click()
+    log = lab.page.locator(".jp-ServeLog-lines")
+    expect(log.locator(".jp-ServeLog-line").first).to_be_visible()
+    handled = log.locator(".jp-ServeLog-line", has_text="handled 1 request(s)")
+    expect(handled).to_have_count(0)
+
+    lab.card("demo", "2.0").locator(".jp-ServeModel-try").click()
+    tab = lab.page.locator(".jp-ServeTry:visible")
+    tab.locator("textarea").fill(IRIS)
+    tab.locator(".jp-ServeTry-send").click()
+    expect(tab.locator(".jp-ServeTry-status")).to_have_attribute("data-status", "200")
+    answer = json.loads(tab.locator(".jp-ServeTry-answer").inner_text())
+    assert max(answer, key=answer.get) == "virginica"
+    curl = tab.locator(".jp-ServeTry-curl").inner_text()
+    assert f"{BASE_URL}serve/predictions/demo/2.0" in curl
+    assert "$JUPYTER_TOKEN" in curl
+    assert TOKEN not in curl
+    lab.screenshot("try-it", tab)
+
+    lab.page.locator(".lm-TabBar-tab", has_text="Log: demo 2.0").click()
+    expect(handled).to_have_count(1)  # the tab followed the worker's new line
+
+
+def test_a_failure_is_a_notification_with_torchserve_message(lab: Lab) -> None:
+    lab.page.locator(".jp-ServePanel-register").click()
+    lab.dialog().locator("input").fill("missing.mar")
+    lab.accept("Ok")
+    lab.accept("Serve")
+    lab.notification("Model not found in model store: missing.mar")
+
+
+def test_an_explanation_shows_a_heat_map(lab: Lab, server: LabServer, tmp_path: Path) -> None:
+    with server.serve_client() as client:
+        params = {"url": "heat-1.0.mar", "initial_workers": 1, "synchronous": "true"}
+        client.post("models", params=params).raise_for_status()
+    picture = tmp_path / "input.png"
+    Image.new("RGB", (4, 4), "white").save(picture)  # the input under the heat map
+    card = lab.card("heat", "1.0")
+    expect(card).to_have_attribute("data-status", "healthy")
+    card.locator(".jp-ServeModel-try").click()
+    tab = lab.page.locator(".jp-ServeTry:visible")
+    tab.locator(".jp-ServeTry-route").select_option("explanations")
+    tab.locator('input[value="file"]').check()
+    tab.locator('input[type="file"]').set_input_files(str(picture))
+    tab.locator(".jp-ServeTry-send").click()
+    heatmap = tab.locator(".jp-ServeTry-heatmap")
+    expect(heatmap).to_be_visible()
+    # The cell (1, 1) attributes +2: red over the picture; (1, 2) -2: blue.
+    red, _, blue = heatmap.evaluate(_PIXEL, [1, 1])
+    assert red > blue
+    red, _, blue = heatmap.evaluate(_PIXEL, [2, 1])
+    assert blue > red
+    assert "image/png" in tab.locator(".jp-ServeTry-curl").inner_text()
+
+
+_PIXEL = """(canvas, [x, y]) => {
+  const cell = canvas.width / 4;
+  const data = canvas.getContext('2d').getImageData((x + 0.5) * cell, (y + 0.5) * cell, 1, 1);
+  return Array.from(data.data.slice(0, 3));
+}"""
+
+
+def test_unregister_asks_first(lab: Lab) -> None:
+    demo = lab.card("demo", "1.0")
+    demo.locator(".jp-ServeModel-unregister").click()
+    lab.accept("Cancel")
+    expect(demo).to_be_visible()
+    demo.locator(".jp-ServeModel-unregister").click()
+    lab.accept("Unregister")
+    lab.notification('Model "demo" unregistered')
+    expect(demo).to_have_count(0)
+    expect(lab.card("demo", "2.0")).to_be_visible()
+
+
+def test_the_dashboard_widget_renders_in_a_notebook(lab: Lab) -> None:
+    lab.page.goto(f"{lab.server.lab_url}lab/tree/dashboard.ipynb")
+    lab.page.locator(".jp-Notebook").wait_for()
+    lab.page.locator(".lm-MenuBar-item", has_text="Run").click()
+    lab.page.locator('.lm-Menu-item[data-command="runmenu:run-all"]').click()
+    widget = lab.page.locator(".jp-OutputArea-output .widget-button", has_text="Scale")
+    expect(widget.first).to_be_visible()
+    expect(lab.page.locator(".jp-OutputArea-output")).to_contain_text("heat")
+    lab.screenshot("dashboard", lab.page.locator(".jp-NotebookPanel:visible"))
