@@ -1,6 +1,6 @@
 """The demo notebooks, executed headless against a real `jupyter serve` (issue 5, point 7).
 
-One `jupyter serve` subprocess (`serve_process.ServeProcess`) serves all four
+One `jupyter serve` subprocess (`serve_process.ServeProcess`) serves all five
 notebooks. Each notebook runs in a fresh `python3` kernel of this environment
 (nbclient), in a temporary working directory. The quickstart's kernel finds the
 server as a kernel started by Jupyter does (the runtime file of its parent
@@ -24,7 +24,9 @@ from typing import Any
 
 import nbformat
 import pytest
+import yaml
 from jupyter_client.kernelspec import KernelSpecManager
+from kserve_schema import validate_inference_service
 from nbclient import NotebookClient
 from serve_process import TOKEN, ServeProcess
 
@@ -327,4 +329,29 @@ def test_explanations(server: ServeProcess, kernel_env: dict[str, str], notebook
     assert run.text("check-bars").count('<g class="bar"') == 10
     assert 'Model "digits" unregistered' in run.text("check-cleanup")
     assert "digits" not in registered(server)
+    assert run.stderr() == ""
+
+
+def test_export(server: ServeProcess, kernel_env: dict[str, str], notebook_dir: Path) -> None:
+    run = execute("05_export", kernel_env, notebook_dir)
+    assert re.search(r"learned y = 3\.\d\dx \+ 1\.\d\d", run.text("check-train"))
+    assert 'Model "line" Version: 1.0 registered with 1 initial workers' in run.text("check-serve")
+    predicted = run.text("check-predict")
+    assert json_after_status(predicted[predicted.index("HTTP 200") :])["x"] == 2.0
+    exported = notebook_dir / "exported"
+    assert f"Exported 1 model version to {exported}:" in run.text("check-export")
+    layout = run.text("check-layout")
+    for name in ("model-store/line.mar", "config/config.properties", "inferenceservice.yaml",
+                 "README.md"):  # fmt: skip
+        assert re.search(rf"^\s+\d+  {re.escape(name)}$", layout, re.M), name
+    config = run.text("check-config")
+    assert "model_store=/mnt/models/model-store" in config
+    assert '"batchSize": 4' in config
+    assert '"maxBatchDelay": 20' in config
+    service = yaml.safe_load(run.text("check-isvc"))
+    validate_inference_service(service)
+    assert service["spec"]["predictor"]["model"]["modelFormat"] == {"name": "pytorch"}
+    assert "## What did not carry over" in run.text("check-readme")
+    assert 'Model "line" unregistered' in run.text("check-cleanup")
+    assert "line" not in registered(server)
     assert run.stderr() == ""
