@@ -88,5 +88,5 @@ async def test_a_store_name_goes_to_the_server_unchanged(
         await asyncio.to_thread(client.register, "nope.mar")
     assert not isinstance(caught.value, UploadError)
     assert (caught.value.status, caught.value.message) == (
-        404, "Model not found in model store: nope.mar",
+        404, "Model not found at: nope.mar",
     )  # fmt: skip

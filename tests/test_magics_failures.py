@@ -65,7 +65,7 @@ NOT_FOUND = [
     ("unregister nope", "Unregister failed: HTTP 404 "),
     ("logs nope", "Logs failed: HTTP 404 "),
     ("keys revoke nope", "Keys revoke failed: HTTP 404 Key not found: nope"),
-    ("register nope.mar", "Register failed: HTTP 404 Model not found in model store: nope.mar"),
+    ("register nope.mar", "Register failed: HTTP 404 Model not found at: nope.mar"),
 ]
 
 

@@ -142,7 +142,7 @@ def test_register_predict_scale_describe_unregister(
     [
         ("", ModelNotFound, "empty url"),
         ("../fake.mar", ModelNotFound, "Relative path is not allowed in url: ../fake.mar"),
-        ("missing.mar", ModelNotFound, "Model not found in model store: missing.mar"),
+        ("missing.mar", ModelNotFound, "Model not found at: missing.mar"),
         (
             "https://example.com/x.mar",
             ModelNotFound,

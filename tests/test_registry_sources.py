@@ -32,7 +32,8 @@ def refusal(url: str, store: Path, **policy: Any) -> str:
     with pytest.raises(ModelNotFound) as raised:
         find(url, store, **policy)
     assert raised.value.status_code == 404
-    return raised.value.message
+    cause = raised.value.cause
+    return raised.value.message + (f" ({cause})" if cause else "")
 
 
 @pytest.fixture
@@ -57,9 +58,9 @@ def secret(tmp_path: Path) -> Path:
 def test_names_in_the_store_are_found(store: Path) -> None:
     assert find("x.mar", store) == Source(store / "x.mar")
     assert find("folder", store).is_folder
-    assert refusal("missing.mar", store) == "Model not found in model store: missing.mar"
-    assert refusal("x.mar\x00", store) == "Model not found in model store: x.mar\x00"
-    assert refusal("file:///x.mar%00", store) == "Model not found in model store: file:///x.mar%00"
+    assert refusal("missing.mar", store) == "Model not found at: missing.mar"
+    assert refusal("x.mar\x00", store) == "Model not found at: x.mar\x00"
+    assert refusal("file:///x.mar%00", store) == "Model not found at: file:///x.mar%00"
 
 
 @pytest.mark.parametrize(
@@ -80,10 +81,8 @@ def test_dot_dot_raw_or_percent_encoded_is_refused(url: str, store: Path) -> Non
 def test_a_store_entry_linking_outside_is_as_missing(store: Path, secret: Path) -> None:
     (store / "link.mar").symlink_to(secret)
     (store / "linked").symlink_to(secret.parent, target_is_directory=True)
-    assert refusal("link.mar", store) == "Model not found in model store: link.mar"
-    assert refusal("linked/secret.mar", store) == (
-        "Model not found in model store: linked/secret.mar"
-    )
+    assert refusal("link.mar", store) == "Model not found at: link.mar"
+    assert refusal("linked/secret.mar", store) == ("Model not found at: linked/secret.mar")
 
 
 def test_paths_outside_the_store_get_one_answer_whether_they_exist_or_not(
@@ -91,7 +90,7 @@ def test_paths_outside_the_store_get_one_answer_whether_they_exist_or_not(
 ) -> None:
     urls = [str(secret), str(secret.with_name("nope.mar")), secret.as_uri(), "file:///nope.mar"]
     for url in urls:
-        assert refusal(url, store) == f"Model not found in model store: {url} {OUTSIDE}"
+        assert refusal(url, store) == f"Model not found at: {url} {OUTSIDE}"
 
 
 def test_absolute_paths_inside_the_store_are_found(store: Path) -> None:
@@ -99,16 +98,14 @@ def test_absolute_paths_inside_the_store_are_found(store: Path) -> None:
     assert find(str(store / "x.mar"), store) == Source(store / "x.mar")
     assert find((store / "x.mar").as_uri(), store) == Source(store / "x.mar")
     url = str(store / "gone.mar")
-    assert refusal(url, store) == f"Model not found in model store: {url}"
+    assert refusal(url, store) == f"Model not found at: {url}"
 
 
 def test_allow_local_paths_restores_torchserves_any_local_path(store: Path, secret: Path) -> None:
     assert find(str(secret), store, allow_local_paths=True) == Source(secret)
     assert find(secret.as_uri(), store, allow_local_paths=True) == Source(secret)
     missing = str(secret.with_name("nope.mar"))
-    assert refusal(missing, store, allow_local_paths=True) == (
-        f"Model not found in model store: {missing}"
-    )
+    assert refusal(missing, store, allow_local_paths=True) == (f"Model not found at: {missing}")
 
 
 def test_work_folders_below_the_server_root_are_found(store: Path, tmp_path: Path) -> None:

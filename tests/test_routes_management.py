@@ -256,7 +256,7 @@ async def test_register_errors(jp_fetch: Fetch, build: Callable[..., str]) -> No
         ({"url": "../fake.mar"}, error(404, "ModelNotFoundException",
                                        "Relative path is not allowed in url: ../fake.mar")),
         ({"url": "missing.mar"}, error(404, "ModelNotFoundException",
-                                       "Model not found in model store: missing.mar")),
+                                       "Model not found at: missing.mar")),
         ({"url": "https://example.com/x.mar"}, error(
             404, "ModelNotFoundException",
             "Given URL https://example.com/x.mar does not match any allowed URL(s)")),

@@ -12,13 +12,14 @@ lets a client read the server's disk:
   checked, `max_download_size` counted while streaming);
 * anything else that is not absolute is a name in the model store, found only
   when it resolves (symlinks included) inside the store, else
-  `ModelNotFound("Model not found in model store: x.mar")`;
+  `ModelNotFound("Model not found at: x.mar")`, TorchServe 0.12's own text;
 * absolute paths and `file://` urls are confined to the model store and the
   `jupyter_serve_work` folders below `workspace_root` (the Jupyter server's
   root, which its contents API opens to the same clients anyway): the magics'
   work folders, where `%%handler --serve` and `%mar build` put archives (see
   `workspace`). Anything else is refused with one message whether or not it
-  exists, unless `allow_local_paths` restores TorchServe's "any local path".
+  exists (TorchServe's "Model not found at: ..." with the reason as the error's
+  `cause`), unless `allow_local_paths` restores TorchServe's "any local path".
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ async def locate(url: str, model_store: Path, policy: SourcePolicy | None = None
 def _in_store(url: str, path: Path, model_store: Path) -> Source:
     """`path`, when it exists and resolves inside the model store."""
     if "\x00" in str(path) or not (_inside(path, model_store) and _exists(path)):
-        raise ModelNotFound(f"Model not found in model store: {url}")
+        raise _not_found(url)
     return Source(path)
 
 
@@ -118,17 +119,21 @@ def _local(url: str, path: Path, model_store: Path, policy: SourcePolicy) -> Sou
         return _in_store(url, path, model_store)  # no such file anywhere
     if policy.allow_local_paths:
         if not _exists(path):
-            raise ModelNotFound(f"Model not found in model store: {url}")
+            raise _not_found(url)
         return Source(path)
     if _inside(path, model_store):
         return _in_store(url, path, model_store)
     if _in_work_folder(path, policy.workspace_root) and _exists(path):
         return Source(path)
     # One answer for what exists and what does not: no probing of the server's disk.
-    raise ModelNotFound(
-        f"Model not found in model store: {url} (local paths outside the model store are "
-        "not allowed; see ServeApp.allow_local_paths)"
+    raise _not_found(
+        url, "local paths outside the model store are not allowed; see ServeApp.allow_local_paths"
     )
+
+
+def _not_found(url: str, cause: str | None = None) -> ModelNotFound:
+    """TorchServe's answer for a url naming nothing it can load (`ModelArchive.downloadModel`)."""
+    return ModelNotFound(f"Model not found at: {url}", cause=cause)
 
 
 def _exists(path: Path) -> bool:
