@@ -52,7 +52,7 @@ from .client import (
     discover,
 )
 from .errors import ServeError
-from .failures import failure_line, one_line_failures
+from .failures import one_line_failures
 from .protocol import InferenceResult
 from .workspace import HandlerFolder
 
@@ -408,15 +408,9 @@ class ServeMagics(Magics):
 
     def _serve_export(self, args: argparse.Namespace) -> Any:
         """Write the served models as TorchServe/KServe files; returns the `ExportResult`."""
-        from .export import ExportError, run_export
+        from .export import export_in_notebook
 
-        try:
-            return run_export(args, lambda: self.client)
-        except ExportError as error:  # DIR taken, nothing to export: one line, as any failure
-            if args.debug:
-                raise
-            print(failure_line("Export", error))
-            return None
+        return export_in_notebook(args, lambda: self.client)
 
 
 def load_ipython_extension(ipython: Any) -> None:

@@ -17,7 +17,7 @@ One concern per module:
 
 from __future__ import annotations
 
-from .command import add_export_arguments, export_status, run_export
+from .command import add_export_arguments, export_in_notebook, export_status, run_export
 from .layout import ExportOptions, ExportResult, write_export
 from .plan import ExportError, ExportItem, NotExported, Skipped
 
@@ -29,6 +29,7 @@ __all__ = [
     "NotExported",
     "Skipped",
     "add_export_arguments",
+    "export_in_notebook",
     "export_status",
     "run_export",
     "write_export",

@@ -17,10 +17,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..client import ServeClient
+from ..failures import failure_line
 from .gather import from_server, from_snapshot
 from .layout import ExportOptions, ExportResult, write_export
+from .plan import ExportError
 
-__all__ = ["add_export_arguments", "export_status", "run_export"]
+__all__ = ["add_export_arguments", "export_in_notebook", "export_status", "run_export"]
 
 
 def add_export_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -56,6 +58,20 @@ def run_export(args: argparse.Namespace, client: Callable[[], ServeClient]) -> E
     result = write_export(Path(args.dir), items, skipped, options)
     report(result)
     return result
+
+
+def export_in_notebook(
+    args: argparse.Namespace, client: Callable[[], ServeClient]
+) -> ExportResult | None:
+    """`%serve export`: `run_export`, a refused export (DIR taken, nothing to export) shown
+    as one line like any failed `%serve` (raised with `--debug`)."""
+    try:
+        return run_export(args, client)
+    except ExportError as error:
+        if args.debug:
+            raise
+        print(failure_line("Export", error))
+        return None
 
 
 def report(result: ExportResult) -> None:
