@@ -93,7 +93,7 @@ def test_torchserve_handler_metrics_come_back(ts_worker: WorkerProcess) -> None:
     reply = ts_worker.infer(request("a", [0.2, 0.8]))
     names = {m["name"]: m for m in reply.header["metrics"]}
     assert names["Hits"]["dimensions"] == {"Label": "dog"}
-    assert names["Rows"]["dimensions"] == {"Kind": "scores"}
+    assert names["Rows"]["dimensions"] == {"Kind": "scores", "ModelName": "scores", "Level": "Model"}
     assert names["HandlerTime"]["unit"] == "Milliseconds"  # recorded by BaseHandler.handle
 
 

@@ -21,6 +21,8 @@ from jupyter_serve.worker.service import LoadSpec
 
 BEHAVIOURS = """
 import os
+from ts.metrics.dimension import Dimension
+from ts.metrics.metric_type_enum import MetricTypes
 from ts.utils.util import PredictionException
 
 LOADED = []
@@ -30,7 +32,14 @@ CACHED = []
 def handle(data, context):
     if data is None:
         LOADED.append(dict(context.request_ids))
-        CACHED.append(context.metrics.add_metric_to_cache("InitDefined", "ms", ["Kind"], "gauge"))
+        CACHED.append(
+            context.metrics.add_metric_to_cache("InitDefined", "ms", ["Kind"], MetricTypes.GAUGE)
+        )
+        context.metrics.add_counter("InitializeCallCount", 1)
+        try:  # declared by the load's model_metrics, when it has them
+            context.metrics.get_metric("Declared", MetricTypes.GAUGE).add_or_update(3, ["init"])
+        except KeyError:
+            pass
         return None
     return ACTIONS[context.get_request_header(0, "x-do") or "echo"](data, context)
 
@@ -82,8 +91,9 @@ def metrics(data, context):
     m.add_counter("Loops", 2, idx=1)
     m.add_time("Step", 1.5)
     m.add_size("Size", 3, None, "kB")
-    m.add_percent("Util", 50, dimensions={"Device": "cpu"})
-    m.add_metric_to_cache("Custom", "count", ["Kind"], "histogram").add_or_update(7, ["a"])
+    m.add_percent("Util", 50, dimensions=[Dimension("Device", "cpu")])
+    custom = m.add_metric_to_cache("Custom", "count", ["Kind"], MetricTypes.HISTOGRAM)
+    custom.add_or_update(7, ["a"])
     CACHED[0].add_or_update(4.5, ["b"], request_id=context.get_request_id(0))
     return ["ok"] * len(data)
 
@@ -128,6 +138,9 @@ ACTIONS = {name: value for name, value in globals().items() if callable(value)}
 YAML_CONFIG = {"minWorkers": 1, "handler": {"threshold": 0.5}}
 
 
+DECLARED = {"name": "Declared", "unit": "count", "dimensions": ["Stage"], "type": "gauge"}
+
+
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("models") / "behaviours"
@@ -145,6 +158,7 @@ def worker(model_dir: Path) -> Iterator[WorkerProcess]:
             limit_max_image_pixels=False,
             server_version="9.9",
             model_yaml_config=YAML_CONFIG,
+            model_metrics=[DECLARED],
         )
         assert reply.kind is Kind.RESULT, reply.header
         process.load_reply = reply  # type: ignore[attr-defined]
@@ -161,7 +175,8 @@ def do(action: str, request_id: str = "r0", **kwargs: Any) -> InferenceRequest:
 
 def test_load_answers_200_with_the_worker_pid(worker: WorkerProcess) -> None:
     header = worker.load_reply.header  # type: ignore[attr-defined]
-    assert header == {"status": 200, "message": "loaded", "pid": worker.process.pid}
+    loaded = {"status": 200, "message": "loaded", "pid": worker.process.pid}
+    assert {key: header[key] for key in loaded} == loaded
 
 
 def test_function_handler_was_called_with_none_and_a_requestless_context(
@@ -416,13 +431,23 @@ def test_metrics_recorded_by_the_handler_come_back_with_the_batch(worker: Worker
     assert records["InitDefined"]["request_id"] == "a"
 
 
+def test_metrics_emitted_by_initialize_come_back_with_the_load(worker: WorkerProcess) -> None:
+    """The `model_metrics` the load declared are in the cache before the handler loads, and
+    what `initialize` emits (with the model's default dimensions) answers the load."""
+    records = worker.load_reply.header["metrics"]  # type: ignore[attr-defined]
+    assert [(r["name"], r["dimensions"], r["value"]) for r in records] == [
+        ("InitializeCallCount", {"ModelName": "behaviours", "Level": "Model"}, 1.0),
+        ("Declared", {"Stage": "init"}, 3.0),
+    ]
+
+
 def test_prediction_time_is_reported_in_metrics_and_header(worker: WorkerProcess) -> None:
     reply = worker.infer(do("echo"))
     [prediction] = [m for m in reply.header["metrics"] if m["name"] == "PredictionTime"]
     assert prediction["type"] == "gauge"
     assert prediction["unit"] == "Milliseconds"
     assert prediction["dimensions"] == {"ModelName": "behaviours", "Level": "Model"}
-    assert prediction["value"] == reply.header["predict_ms"]
+    assert prediction["value"] == round(reply.header["predict_ms"], 2)  # as TorchServe rounds
     assert prediction["value"] >= 0
 
 

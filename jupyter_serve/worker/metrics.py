@@ -1,6 +1,7 @@
-"""`context.metrics`: the custom metrics API of TorchServe handlers, recorded for the server.
+"""`context.metrics`: TorchServe 0.12's metrics cache, whose emissions travel to the server.
 
-The API follows TorchServe 0.12's metrics cache (docs/metrics.md)::
+The API and its semantics are TorchServe's `MetricCacheAbstract` and
+`MetricsCacheYamlImpl` (ts/metrics, docs/metrics.md)::
 
     metrics.add_metric(name, value, unit, idx=None, dimensions=None, metric_type=COUNTER)
     metrics.add_counter(name, value, idx=None, dimensions=None)
@@ -8,51 +9,60 @@ The API follows TorchServe 0.12's metrics cache (docs/metrics.md)::
     metrics.add_size(name, value, idx=None, unit="MB", dimensions=None, metric_type=GAUGE)
     metrics.add_percent(name, value, idx=None, dimensions=None, metric_type=GAUGE)
     metrics.add_error(name, value, dimensions=None)
-    metric = metrics.add_metric_to_cache(name, unit, dimension_names, metric_type)
-    metric.add_or_update(value, dimension_values=(), request_id=None)
-    metrics.get_metric(name, metric_type)
+    metric = metrics.add_metric_to_cache(name, unit, dimension_names=[], metric_type=COUNTER)
+    metric.add_or_update(value, dimension_values=[], request_id="")
+    metrics.get_metric(name, metric_type=COUNTER)   # MetricsCacheKeyError when absent
 
-`dimensions` is a list of `Dimension(name, value)` (TorchServe's form) or a plain
-mapping. The convenience methods add the default dimensions `ModelName` and
-`Level` ("Model", or "Error" for `add_error`) unless the caller gives them.
+* The cache holds one metric per (type, name). `declare` fills it from the
+  `model_metrics` section of the server's `metrics_config` YAML, as TorchServe's
+  worker does at start, so `get_metric` finds what the YAML declares.
+* The `add_*` calls take the cached metric of that name and type, or add one with
+  the call's dimension names; they add the default dimensions `ModelName` and
+  `Level="Model"` unless given (`add_error`: `Level="Error"` only). A cached metric
+  is never redefined by them: values that do not fit its dimension names, or a
+  negative counter increment, are logged and dropped, as TorchServe logs them.
+* `add_metric_to_cache` checks types as TorchServe does (`MetricsCacheTypeError`:
+  the metric type must be a `MetricTypes` enum, names and units strings,
+  dimension names a list); `add_time` and `add_size` refuse other units.
+* Units are TorchServe's names (`ms` -> Milliseconds, `MB` -> Megabytes, ...).
 
-Every call is one *observation*, recorded as a plain dict and sent to the server
-with the batch's `R` frame, where counters are incremented by `value`, gauges set
-and histograms observed (TorchServe's log mode works the same way)::
+Each emission is one *observation*, a plain dict the worker sends with its `R`
+frame (the load's, or a batch's); the server increments counters, sets gauges
+and observes histograms::
 
-    {"name", "value", "unit", "dimensions": {str: str}, "type", "request_id"}
+    {"name", "value", "unit", "dimensions": {name: value, ...}, "type", "request_id"}
 
-`unit` is TorchServe's unit name ("ms" becomes "Milliseconds", "MB" "Megabytes";
-unknown units pass through). One cache lives as long as the worker, so metrics a
-handler caches in `initialize` keep working; the service starts a new record list
-per batch with `begin_batch` and collects it with `drain`.
+`dimensions` keeps the metric's dimension order, which the server follows for
+labels. One cache lives as long as the worker: `begin_batch` points it at a
+batch's request ids and `drain` collects what was emitted.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+import logging
+import uuid
+from collections.abc import Mapping, Sequence
 from enum import Enum
 from typing import Any, TypeAlias
+
+log = logging.getLogger("ts.metrics")
 
 UNIT_NAMES = {
     "ms": "Milliseconds",
     "s": "Seconds",
-    "us": "Microseconds",
     "percent": "Percent",
     "count": "Count",
-    "B": "Bytes",
-    "kB": "Kilobytes",
     "MB": "Megabytes",
     "GB": "Gigabytes",
+    "kB": "Kilobytes",
+    "B": "Bytes",
     "": "unit",
 }
-TIME_UNITS = ("ms", "s", "us")
-SIZE_UNITS = ("MB", "kB", "GB", "B")
-DEFAULT_LEVEL = "Model"
+TIME_UNITS = ["ms", "s"]
+SIZE_UNITS = ["MB", "kB", "GB", "B"]
 
 
-class MetricTypes(str, Enum):
+class MetricTypes(Enum):
     """TorchServe's metric types (`ts.metrics.metric_type_enum.MetricTypes`)."""
 
     COUNTER = "counter"
@@ -60,98 +70,125 @@ class MetricTypes(str, Enum):
     HISTOGRAM = "histogram"
 
 
+class GeneralMetricsCacheError(Exception):
+    def __init__(self, message: str) -> None:
+        super().__init__(f"Generic error: {message}")
+
+
+class MetricsCacheTypeError(TypeError):
+    """An argument of the wrong type (TorchServe's `_check_type`)."""
+
+
+class MetricsCacheValueError(ValueError):
+    """A value TorchServe refuses (a time unit other than ms or s)."""
+
+
 class MetricsCacheKeyError(KeyError):
-    """`get_metric` asked for a metric that was never added to the cache."""
+    """`get_metric` asked for a metric the cache does not hold."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
-@dataclass(frozen=True)
 class Dimension:
     """One name/value pair qualifying a metric (`ts.metrics.dimension.Dimension`)."""
 
-    name: str
-    value: str
+    def __init__(self, name: str, value: Any) -> None:
+        self.name = name
+        self.value = value
 
-    def to_dict(self) -> dict[str, str]:
-        return {"Name": self.name, "Value": str(self.value)}
+    def to_dict(self) -> dict[str, Any]:
+        return {"Name": self.name, "Value": self.value}
 
     def __str__(self) -> str:
         return f"{self.name}:{self.value}"
+
+    def __repr__(self) -> str:
+        return f"Dimension({self.name!r}, {self.value!r})"
 
 
 Dimensions: TypeAlias = Sequence[Any] | Mapping[str, Any] | None
 
 
-def unit_name(unit: str) -> str:
-    """TorchServe's name for a unit abbreviation; anything unknown is kept as given."""
-    return UNIT_NAMES.get(unit, unit)
+def unit_name(unit: Any) -> str:
+    """TorchServe's name for a unit abbreviation (`ts.metrics.unit`); others pass through."""
+    return "unit" if unit is None else UNIT_NAMES.get(unit, str(unit))
 
 
-def as_metric_type(value: MetricTypes | str) -> MetricTypes:
-    """Accept the enum or its string value ("counter", "gauge", "histogram")."""
+def as_metric_type(value: Any) -> MetricTypes:
+    """Our `MetricTypes` for ours or TorchServe's enum (when torchserve is installed)."""
     if isinstance(value, MetricTypes):
         return value
-    name = getattr(value, "value", value)  # another MetricTypes-like enum
-    try:
-        return MetricTypes(str(name).lower())
-    except ValueError:
-        raise ValueError(
-            f"Unknown metric type {value!r}: use counter, gauge or histogram"
-        ) from None
+    if isinstance(value, Enum) and value.value in {kind.value for kind in MetricTypes}:
+        return MetricTypes(value.value)
+    raise MetricsCacheTypeError("`metric_type` must be a MetricTypes enum")
 
 
-def dimension_pairs(dimensions: Dimensions) -> list[tuple[str, str]]:
-    """(name, value) pairs from `Dimension` objects or a mapping."""
+def dimension_list(dimensions: Dimensions) -> list[Dimension]:
+    """`Dimension`s from TorchServe's list of them (or, here too, a plain mapping)."""
     if dimensions is None:
         return []
     if isinstance(dimensions, Mapping):
-        return [(str(k), str(v)) for k, v in dimensions.items()]
-    pairs = []
+        return [Dimension(str(k), v) for k, v in dimensions.items()]
+    found = []
     for dim in dimensions:
         if not hasattr(dim, "name") or not hasattr(dim, "value"):
-            raise TypeError(f"A dimension needs .name and .value, got {dim!r}")
-        pairs.append((str(dim.name), str(dim.value)))
-    return pairs
+            raise MetricsCacheTypeError(f"A dimension needs .name and .value, got {dim!r}")
+        found.append(Dimension(dim.name, dim.value))
+    return found
+
+
+def _check_type(value: Any, expected: type, text: str) -> None:
+    if not isinstance(value, expected):
+        raise MetricsCacheTypeError(text)
 
 
 class CachedMetric:
-    """A metric definition whose observations land in its cache's current batch."""
+    """A metric of the cache (TorchServe's `CachingMetric`): emits into its cache's batch."""
 
     def __init__(
         self,
         cache: MetricsCache,
-        name: str,
+        metric_name: str,
         unit: str,
-        dimension_names: Sequence[str],
-        metric_type: MetricTypes,
+        dimension_names: Sequence[str] | None,
+        kind: MetricTypes,
     ) -> None:
         self.cache = cache
-        self.metric_name = name
+        self.metric_name = metric_name
         self.unit = unit_name(unit)
-        self.dimension_names = [str(n) for n in dimension_names]
-        self.metric_type = metric_type
+        self.dimension_names = list(dimension_names or [])
+        self.metric_type = kind
 
     def add_or_update(
         self,
         value: float,
-        dimension_values: Sequence[Any] = (),
-        request_id: str | None = None,
+        dimension_values: Sequence[Any] | None = (),
+        request_id: str | None = "",
     ) -> None:
-        """Record one observation; `dimension_values` follow `dimension_names`."""
-        values = [str(v) for v in dimension_values]
-        if len(values) != len(self.dimension_names):
-            raise ValueError(
-                f"Metric {self.metric_name!r} has dimensions {self.dimension_names}, "
-                f"got {len(values)} values: {values}"
-            )
-        self.cache.record(
-            self, float(value), dict(zip(self.dimension_names, values, strict=True)), request_id
-        )
+        """Emit `value`; `dimension_values` follow `dimension_names` (else logged, dropped)."""
+        values = None if dimension_values is None else list(dimension_values)
+        if values is None or len(values) != len(self.dimension_names):
+            self._refuse(value, f"Dimension values: {values} should correspond to "
+                         f"Dimension names: {self.dimension_names}")  # fmt: skip
+            return
+        if self.metric_type is MetricTypes.COUNTER and value < 0:
+            self._refuse(value, "Counter metric update value cannot be negative")
+            return
+        dims = {str(name): str(v) for name, v in zip(self.dimension_names, values, strict=True)}
+        self.cache.emit(self, float(value), dims, request_id or None)
 
     def update(
-        self, value: float, request_id: str | None = None, dimensions: Dimensions = None
+        self, value: float, request_id: str | None = "", dimensions: Dimensions = None
     ) -> None:
-        """TorchServe's older form: dimensions as `Dimension` objects."""
-        self.add_or_update(value, [v for _, v in dimension_pairs(dimensions)], request_id)
+        """TorchServe's older form: the `Dimension` objects replace the dimension names."""
+        dims = dimension_list(dimensions)
+        self.dimension_names = [d.name for d in dims]
+        self.add_or_update(value, [d.value for d in dims], request_id)
+
+    def _refuse(self, value: Any, why: str) -> None:
+        log.error("[METRICS]Failed to update metric with name:%s with value: %s: %s",
+                  self.metric_name, value, why)  # fmt: skip
 
     def __repr__(self) -> str:
         return (
@@ -161,32 +198,36 @@ class CachedMetric:
 
 
 class MetricsCache:
-    """`context.metrics`: creates metrics, records observations for the current batch."""
+    """`context.metrics`: the worker's metrics, and what they emitted since the last drain."""
 
     def __init__(self, model_name: str, request_ids: Mapping[int, str] | None = None) -> None:
         self.model_name = model_name
-        self.request_ids: dict[int, str] = dict(request_ids or {})
-        self._cache: dict[tuple[str, MetricTypes], CachedMetric] = {}
+        # At load TorchServe sets one fresh id: load-time metrics are the model's too.
+        self.request_ids: dict[int, str] | str = dict(request_ids or {}) or str(uuid.uuid4())
+        self.cache: dict[MetricTypes, dict[str, CachedMetric]] = {}
         self._records: list[dict[str, Any]] = []
 
-    # ---- the service's side ----
+    # ---- the worker's side ----
+
+    def declare(self, declarations: Sequence[Mapping[str, Any]]) -> None:
+        """Add the `model_metrics` of a metrics_config: {"name","unit","dimensions","type"}."""
+        for item in declarations:
+            names = [str(name) for name in item.get("dimensions") or []]
+            kind = MetricTypes(str(item["type"]))
+            self.add_metric_to_cache(str(item["name"]), str(item["unit"]), names, kind)
 
     def begin_batch(self, request_ids: Mapping[int, str]) -> None:
-        """Start recording for a new batch, dropping anything left unsent."""
+        """Attribute the next emissions to this batch, dropping anything left unsent."""
         self.request_ids = dict(request_ids)
         self._records = []
 
     def drain(self) -> list[dict[str, Any]]:
-        """The observations recorded since `begin_batch`, and forget them."""
+        """The observations emitted since `begin_batch` (or the load), and forget them."""
         records, self._records = self._records, []
         return records
 
-    def record(
-        self,
-        metric: CachedMetric,
-        value: float,
-        dimensions: dict[str, str],
-        request_id: str | None,
+    def emit(
+        self, metric: CachedMetric, value: float, dimensions: dict[str, str], request_id: str | None
     ) -> None:
         self._records.append(
             {
@@ -204,42 +245,47 @@ class MetricsCache:
     def add_metric_to_cache(
         self,
         metric_name: str,
-        unit: str = "count",
+        unit: str,
         dimension_names: Sequence[str] | None = None,
-        metric_type: MetricTypes | str = MetricTypes.COUNTER,
+        metric_type: Any = MetricTypes.COUNTER,
     ) -> CachedMetric:
-        """Define (or redefine) a metric and return it for `add_or_update` calls."""
+        """Add a metric to the cache (replacing one of that name and type) and return it."""
+        _check_type(metric_name, str, "`metric_name` must be a str")
+        _check_type(unit, str, "`unit` must be a str")
         kind = as_metric_type(metric_type)
-        metric = CachedMetric(self, metric_name, unit, dimension_names or [], kind)
-        self._cache[(metric_name, kind)] = metric
+        if dimension_names:
+            _check_type(dimension_names, list,
+                        "`dimension_names` should be a list of dimension name strings")  # fmt: skip
+        metric = CachedMetric(self, metric_name, unit, dimension_names, kind)
+        self.cache.setdefault(kind, {})[metric_name] = metric
         return metric
 
-    def get_metric(
-        self, metric_name: str, metric_type: MetricTypes | str = MetricTypes.COUNTER
-    ) -> CachedMetric:
+    def get_metric(self, metric_name: str, metric_type: Any = MetricTypes.COUNTER) -> CachedMetric:
+        """The cached metric of that name and type; `MetricsCacheKeyError` when there is none."""
+        _check_type(metric_name, str, "`metric_name` must be a str")
+        kind = as_metric_type(metric_type)
         try:
-            return self._cache[(metric_name, as_metric_type(metric_type))]
+            return self.cache[kind][metric_name]
         except KeyError:
             raise MetricsCacheKeyError(
-                f"Metric of type {metric_type!r} and name {metric_name!r} is not in the cache"
+                f"Metric of type '{kind}' and name '{metric_name}' doesn't exist"
             ) from None
 
     def add_metric(
         self,
         name: str,
         value: float,
-        unit: str = "count",
+        unit: str,
         idx: int | None = None,
         dimensions: Dimensions = None,
-        metric_type: MetricTypes | str = MetricTypes.COUNTER,
+        metric_type: Any = MetricTypes.COUNTER,
     ) -> None:
-        self._observe(name, value, unit, idx, dimension_pairs(dimensions), metric_type)
+        self._emit(name, value, unit, idx, dimensions, metric_type)
 
     def add_counter(
         self, name: str, value: float, idx: int | None = None, dimensions: Dimensions = None
     ) -> None:
-        pairs = self._with_defaults(dimensions)
-        self._observe(name, value, "count", idx, pairs, MetricTypes.COUNTER)
+        self._emit(name, value, "count", idx, dimensions, MetricTypes.COUNTER)
 
     def add_time(
         self,
@@ -248,10 +294,11 @@ class MetricsCache:
         idx: int | None = None,
         unit: str = "ms",
         dimensions: Dimensions = None,
-        metric_type: MetricTypes | str = MetricTypes.GAUGE,
+        metric_type: Any = MetricTypes.GAUGE,
     ) -> None:
-        _check_unit(unit, TIME_UNITS, "time")
-        self._observe(name, value, unit, idx, self._with_defaults(dimensions), metric_type)
+        if unit not in TIME_UNITS:
+            raise MetricsCacheValueError("the unit for a timed metric should be one of ['ms', 's']")
+        self._emit(name, value, unit, idx, dimensions, metric_type)
 
     def add_size(
         self,
@@ -260,10 +307,11 @@ class MetricsCache:
         idx: int | None = None,
         unit: str = "MB",
         dimensions: Dimensions = None,
-        metric_type: MetricTypes | str = MetricTypes.GAUGE,
+        metric_type: Any = MetricTypes.GAUGE,
     ) -> None:
-        _check_unit(unit, SIZE_UNITS, "size")
-        self._observe(name, value, unit, idx, self._with_defaults(dimensions), metric_type)
+        if unit not in SIZE_UNITS:
+            raise ValueError("The unit for size based metric is one of ['MB','kB', 'GB', 'B']")
+        self._emit(name, value, unit, idx, dimensions, metric_type)
 
     def add_percent(
         self,
@@ -271,52 +319,56 @@ class MetricsCache:
         value: float,
         idx: int | None = None,
         dimensions: Dimensions = None,
-        metric_type: MetricTypes | str = MetricTypes.GAUGE,
+        metric_type: Any = MetricTypes.GAUGE,
     ) -> None:
-        pairs = self._with_defaults(dimensions)
-        self._observe(name, value, "percent", idx, pairs, metric_type)
+        self._emit(name, value, "percent", idx, dimensions, metric_type)
 
     def add_error(self, name: str, value: float, dimensions: Dimensions = None) -> None:
-        pairs = self._with_defaults(dimensions, level="Error")
-        self._observe(name, value, "count", None, pairs, MetricTypes.COUNTER)
+        dims = self._with_defaults(dimension_list(dimensions), None)
+        metric = self._get_or_add(name, "", dims, MetricTypes.COUNTER)
+        metric.add_or_update(value, [d.value for d in dims])
 
     # ---- helpers ----
 
     def request_id_for(self, idx: int | None) -> str | None:
-        """The id of request `idx`, or all of the batch's ids joined by commas."""
-        if idx is not None and idx in self.request_ids:
-            return self.request_ids[idx]
-        return ",".join(self.request_ids.values()) or None
+        """TorchServe's `_get_req`: request `idx`'s id, else every id of the batch."""
+        ids = self.request_ids
+        if isinstance(ids, dict):
+            if idx is not None and idx in ids:
+                return ids[idx]
+            return ",".join(ids.values())
+        return ids
 
-    def _with_defaults(
-        self, dimensions: Dimensions, level: str = DEFAULT_LEVEL
-    ) -> list[tuple[str, str]]:
-        pairs = dimension_pairs(dimensions)
-        names = {name for name, _ in pairs}
-        if "ModelName" not in names:
-            pairs.append(("ModelName", self.model_name))
-        if "Level" not in names:
-            pairs.append(("Level", level))
-        return pairs
-
-    def _observe(
+    def _emit(
         self,
         name: str,
         value: float,
         unit: str,
         idx: int | None,
-        pairs: Iterable[tuple[str, str]],
-        metric_type: MetricTypes | str,
+        dimensions: Dimensions,
+        kind: Any,
     ) -> None:
-        pairs = list(pairs)
-        kind = as_metric_type(metric_type)
-        names = [n for n, _ in pairs]
-        metric = self._cache.get((name, kind))
-        if metric is None or metric.dimension_names != names or metric.unit != unit_name(unit):
-            metric = self.add_metric_to_cache(name, unit, names, kind)
-        metric.add_or_update(value, [v for _, v in pairs], self.request_id_for(idx))
+        request_id = self.request_id_for(idx)
+        dims = self._with_defaults(dimension_list(dimensions), request_id)
+        metric = self._get_or_add(name, unit, dims, kind)
+        metric.add_or_update(value, [d.value for d in dims], request_id)
 
+    def _with_defaults(self, dims: list[Dimension], request_id: str | None) -> list[Dimension]:
+        """TorchServe's `_add_default_dims`: ModelName and Level="Model" for a request's
+        metric, Level="Error" alone without one (add_error), unless the caller gave them."""
+        names = {dim.name for dim in dims}
+        if request_id is None:
+            if "Level" not in names:
+                dims.append(Dimension("Level", "Error"))
+            return dims
+        if "ModelName" not in names:
+            dims.append(Dimension("ModelName", self.model_name))
+        if "Level" not in names:
+            dims.append(Dimension("Level", "Model"))
+        return dims
 
-def _check_unit(unit: str, allowed: Sequence[str], what: str) -> None:
-    if unit not in allowed:
-        raise ValueError(f"Unit for a {what} metric must be one of {list(allowed)}, got {unit!r}")
+    def _get_or_add(self, name: str, unit: str, dims: list[Dimension], kind: Any) -> CachedMetric:
+        try:
+            return self.get_metric(name, kind)
+        except MetricsCacheKeyError:
+            return self.add_metric_to_cache(name, unit, [d.name for d in dims], kind)

@@ -6,13 +6,18 @@ inherited connection. The `L` header (all keys but `model_dir` optional)::
 
     model_name, model_dir, handler ("" -> the manifest's), gpu_id, batch_size,
     limit_max_image_pixels, server_version, model_yaml_config,
-    decode_input_request, sys_path, env, torch_threads
+    decode_input_request, sys_path, env, torch_threads, model_metrics
+
+`model_metrics` are the `model_metrics` declarations of the server's metrics_config
+(`{"name", "unit", "dimensions", "type"}` each), which `context.metrics` holds
+before the handler is imported, as TorchServe's worker does.
 
 `sys_path`, `env` and `torch_threads` are what a worker launched for this
 model would have got at launch; they are applied before the handler is
 imported (see `warm`), which is what lets a spare started earlier serve it.
 
-A loaded model answers ``R {"status": 200, "message": "loaded", "pid"}``; a failed
+A loaded model answers ``R {"status": 200, "message": "loaded", "pid", "metrics"}``
+(`metrics`: what the handler's `initialize` emitted); a failed
 load answers `E` (500, or 507 out of memory) and `serve` returns 1. A batch
 answers ``R`` with ``encode_results(results, metrics=[...], predict_ms=...)`` or,
 when the whole batch failed, `E` (see `failures`). A request whose inputs cannot
@@ -56,11 +61,11 @@ from .context import Context
 from .failures import Failure, format_traceback, load_failure, prediction_failure
 from .inputs import BatchInput, build_batch
 from .loader import DEFAULT_BUILTIN_PACKAGE, HandleFunction, HandlerLoadError, load_handler
-from .metrics import MetricsCache, MetricTypes
+from .metrics import MetricsCache
 from .outputs import build_results
 from .warm import apply_settings, set_torch_threads
 
-GAUGE = MetricTypes.GAUGE
+PREDICTION_METRIC = "PredictionTime"
 
 
 @dataclass(frozen=True)
@@ -80,6 +85,7 @@ class LoadSpec:
     env: dict[str, str | None] = field(default_factory=dict)
     torch_threads: int | None = None
     envelope: str = ""  # config.properties' service_envelope
+    model_metrics: tuple[dict[str, Any], ...] = ()
 
     @classmethod
     def from_header(cls, header: dict[str, Any]) -> LoadSpec:
@@ -99,6 +105,7 @@ class LoadSpec:
                 env=_env(header.get("env") or {}),
                 torch_threads=int(header.get("torch_threads") or 0) or None,
                 envelope=str(header.get("envelope") or ""),
+                model_metrics=tuple(dict(item) for item in header.get("model_metrics") or ()),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ProtocolError(f"Bad load header: {exc!r}") from exc
@@ -160,13 +167,16 @@ class ModelService:
             failure = _load_failure(spec, exc)
             print(failure.traceback, file=sys.stderr, flush=True)
             return failure.frame()
-        return Frame(Kind.RESULT, {"status": 200, "message": "loaded", "pid": os.getpid()})
+        emitted = self.model.metrics.drain()
+        header = {"status": 200, "message": "loaded", "pid": os.getpid(), "metrics": emitted}
+        return Frame(Kind.RESULT, header)
 
     def _load(self, spec: LoadSpec) -> LoadedModel:
         threads = spec.torch_threads or self.torch_threads
         apply_settings(spec.sys_path, spec.env, threads)
         manifest = read_manifest(spec.model_dir).to_dict()
         model = LoadedModel(spec, manifest, MetricsCache(spec.model_name))
+        model.metrics.declare(spec.model_metrics)
         if not model.handler:
             raise HandlerLoadError(f"No handler given and none in the manifest of {spec.model_dir}")
         if self.chdir:  # TorchServe runs its workers in the model directory.
@@ -226,8 +236,7 @@ def run_batch(
         if not batch.rejected:
             return failure.frame()
         return encode_results(batch.answers([failure.result(r) for r in batch.request_ids]))
-    dimensions = {"ModelName": model.spec.model_name, "Level": "Model"}
-    model.metrics.add_metric("PredictionTime", predict_ms, "ms", None, dimensions, GAUGE)
+    model.metrics.add_time(PREDICTION_METRIC, round(predict_ms, 2))  # as ts/service.py
     results = batch.answers(results)
     return encode_results(results, metrics=model.metrics.drain(), predict_ms=predict_ms)
 
