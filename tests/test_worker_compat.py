@@ -93,7 +93,11 @@ def test_torchserve_handler_metrics_come_back(ts_worker: WorkerProcess) -> None:
     reply = ts_worker.infer(request("a", [0.2, 0.8]))
     names = {m["name"]: m for m in reply.header["metrics"]}
     assert names["Hits"]["dimensions"] == {"Label": "dog"}
-    assert names["Rows"]["dimensions"] == {"Kind": "scores", "ModelName": "scores", "Level": "Model"}
+    assert names["Rows"]["dimensions"] == {
+        "Kind": "scores",
+        "ModelName": "scores",
+        "Level": "Model",
+    }
     assert names["HandlerTime"]["unit"] == "Milliseconds"  # recorded by BaseHandler.handle
 
 
