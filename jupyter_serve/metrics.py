@@ -1,35 +1,36 @@
 """`ServeMetrics`: TorchServe's Prometheus metrics and the dashboard's JSON snapshot.
 
 One `ServeMetrics` owns its own `prometheus_client.CollectorRegistry` (never the
-global one, so two servers in a process, or tests, never share series). Names and
-labels are TorchServe 0.12's (contract §1.5):
+global one, so two servers in a process, or tests, never share series). Which
+metrics exist, with which type, unit and label names, is the `metrics_config`
+(`metrics_config.MetricsConfig`; TorchServe's default file when none is given):
 
-- counters `ts_inference_requests_total`, `ts_inference_latency_microseconds`,
-  `ts_queue_latency_microseconds` (labels `model_name`, `model_version`, `hostname`);
-- counters `Requests2XX`/`Requests4XX`/`Requests5XX` (`Level="Host"`, `Hostname`);
-- gauges `QueueTime`, `WorkerThreadTime` (ms; `Level`, `Hostname`), `WorkerLoadTime`
-  (ms; `WorkerName`, `Level`, `Hostname`), `HandlerTime`, `PredictionTime` (ms;
-  `ModelName`, `Level="Model"`, `Hostname`);
-- gauges `GPUUtilization`, `GPUMemoryUtilization`, `GPUMemoryUsed` (`DeviceId`,
-  `Level`, `Hostname`), read from `devices.gpu_stats()` at scrape time (none without GPU);
-- every metric a handler records (`context.metrics`), created on first sight with
-  its dimension names as labels (+ `ModelName`, `Level`, `Hostname` when missing):
-  counters add, gauges set, histograms observe.
+- its `ts_metrics` are the server's: `ts_inference_requests_total`,
+  `ts_inference_latency_microseconds`, `ts_queue_latency_microseconds` (model name,
+  version or "default", hostname), `Requests2XX`/`4XX`/`5XX`, `QueueTime`,
+  `WorkerThreadTime` (Level="Host", hostname), `WorkerLoadTime` (worker name too),
+  and the host and GPU gauges read at scrape time (`host_metrics`). Label values are
+  given in TorchServe's order and take the file's label names by position; a metric
+  the file leaves out is never recorded;
+- its `model_metrics` (and a model's own file, `ModelSpec.model_metrics`) are
+  declared with the `Hostname` label added, as TorchServe adds it;
+- a handler's observation (`context.metrics`) updates the model metric of its name
+  with its dimension values and the hostname, by position: a metric declared without
+  dimensions gets only `Hostname`. An undeclared one is created from the
+  observation (its dimension names + `Hostname`) when `auto_detect` is on
+  (TorchServe's `model_metrics_auto_detect`), else dropped; one that does not fit
+  is logged and dropped.
 
-`render` writes the text as TorchServe's Java client does (see `exposition`):
-labels in declaration order with a trailing comma, Java-formatted values,
-counters typed `counter` under TorchServe's exact names, and TorchServe's HELP
-text ("Torchserve prometheus counter metric with unit: Count").
-
-`WorkerThreadTime` is the time a request spent after leaving the queue (worker
-round trip), the nearest thing jupyter_serve measures to TorchServe's value.
+Every declared family is listed, with HELP and TYPE, even before it has a sample,
+as TorchServe lists them. `render` writes the text as TorchServe's Java client does
+(see `exposition`). `WorkerThreadTime` is the time a request spent after leaving the
+queue (worker round trip), the nearest thing jupyter_serve measures to TorchServe's.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import re
 import socket
 import threading
 import time
@@ -38,10 +39,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.metrics_core import Metric
 
 from . import devices
 from .exposition import write_families
+from .host_metrics import GPU_GAUGES, HOST_GAUGES, gpu_readings, host_readings
+from .metric_family import HISTOGRAM_BUCKETS, MetricFamily, label_name, metric_name
+from .metrics_config import DEFAULT, KINDS, MetricDecl, MetricsConfig
 
 if TYPE_CHECKING:
     from .devices import GpuStats
@@ -51,125 +54,8 @@ __all__ = ["HISTOGRAM_BUCKETS", "ServeMetrics"]
 
 log = logging.getLogger(__name__)
 
-HISTOGRAM_BUCKETS = (0.1, 0.5, 1.0, 5.0, 10.0, 50.0, 100.0, 500.0, 1000.0, 5000.0, 10000.0)
-KINDS = ("counter", "gauge", "histogram")
-REQUEST_LABELS = ("model_name", "model_version", "hostname")
-HOST_LABELS = ("Level", "Hostname")
-MODEL_LABELS = ("ModelName", "Level", "Hostname")
-_BUILTIN: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
-    # (name, unit: TorchServe's HELP text names it, kind, labels)
-    ("ts_inference_requests_total", "Count", "counter", REQUEST_LABELS),
-    ("ts_inference_latency_microseconds", "Microseconds", "counter", REQUEST_LABELS),
-    ("ts_queue_latency_microseconds", "Microseconds", "counter", REQUEST_LABELS),
-    ("Requests2XX", "Count", "counter", HOST_LABELS),
-    ("Requests4XX", "Count", "counter", HOST_LABELS),
-    ("Requests5XX", "Count", "counter", HOST_LABELS),
-    ("QueueTime", "Milliseconds", "gauge", HOST_LABELS),
-    ("WorkerThreadTime", "Milliseconds", "gauge", HOST_LABELS),
-    ("WorkerLoadTime", "Milliseconds", "gauge", ("WorkerName", *HOST_LABELS)),
-    ("HandlerTime", "ms", "gauge", MODEL_LABELS),
-    ("PredictionTime", "ms", "gauge", MODEL_LABELS),
-)
-_GPU_GAUGES = (
-    ("GPUUtilization", "Percent", "utilization"),
-    ("GPUMemoryUtilization", "Percent", "memory_used_percent"),
-    ("GPUMemoryUsed", "Megabytes", "memory_used_mib"),
-)
-_BAD_NAME = re.compile(r"[^a-zA-Z0-9_:]")
-_BAD_LABEL = re.compile(r"[^a-zA-Z0-9_]")
-
-
-class _Family:
-    """One metric family: values per label tuple, collected as a prometheus `Metric`."""
-
-    def __init__(self, name: str, doc: str, kind: str, labelnames: Sequence[str]) -> None:
-        self.name, self.doc, self.kind = name, doc, kind
-        self.labelnames = tuple(labelnames)
-        self._values: dict[tuple[str, ...], float] = {}
-        self._buckets: dict[tuple[str, ...], list[int]] = {}
-        self._lock = threading.Lock()
-
-    def update(self, labels: Mapping[str, str], value: float) -> None:
-        key = tuple(labels[name] for name in self.labelnames)
-        with self._lock:
-            if self.kind == "gauge":
-                self._values[key] = value
-            else:
-                self._values[key] = self._values.get(key, 0.0) + value
-            if self.kind == "histogram":
-                counts = self._buckets.setdefault(key, [0] * (len(HISTOGRAM_BUCKETS) + 1))
-                counts[_bucket_index(value)] += 1
-
-    def value(self, labels: Mapping[str, str]) -> float:
-        """The current value (a histogram's sum) of one series; 0 if never set."""
-        return self._values.get(tuple(labels[name] for name in self.labelnames), 0.0)
-
-    def describe(self) -> list[Metric]:
-        return [self._metric()]
-
-    def collect(self) -> list[Metric]:
-        metric = self._metric()
-        with self._lock:
-            for key, value in sorted(self._values.items()):
-                labels = dict(zip(self.labelnames, key, strict=True))
-                if self.kind == "histogram":
-                    _add_histogram(metric, self.name, labels, value, self._buckets[key])
-                else:
-                    metric.add_sample(self.name, labels, value)
-        return [metric]
-
-    def _metric(self) -> Metric:
-        """The family under its exact name (`Metric` would strip a counter's `_total`)."""
-        metric = Metric(self.name, self.doc, self.kind)
-        metric.name = self.name
-        return metric
-
-
-def help_text(kind: str, unit: str) -> str:
-    """TorchServe's HELP text for a metric of this kind and unit."""
-    return f"Torchserve prometheus {kind} metric with unit: {unit}"
-
-
-def _bucket_index(value: float) -> int:
-    for index, bound in enumerate(HISTOGRAM_BUCKETS):
-        if value <= bound:
-            return index
-    return len(HISTOGRAM_BUCKETS)
-
-
-def _add_histogram(
-    metric: Metric, name: str, labels: dict[str, str], total: float, counts: list[int]
-) -> None:
-    cumulative = 0
-    for bound, count in zip((*HISTOGRAM_BUCKETS, math.inf), counts, strict=True):
-        cumulative += count
-        metric.add_sample(f"{name}_bucket", {**labels, "le": _le(bound)}, cumulative)
-    metric.add_sample(f"{name}_count", labels, cumulative)
-    metric.add_sample(f"{name}_sum", labels, total)
-
-
-def _le(bound: float) -> str:
-    return "+Inf" if math.isinf(bound) else repr(float(bound))
-
-
-class _GpuCollector:
-    """GPU gauges read from NVML at scrape time; no samples without a GPU."""
-
-    def __init__(self, hostname: str, source: Callable[[], Sequence[GpuStats]]) -> None:
-        self._hostname = hostname
-        self._source = source
-
-    def describe(self) -> list[Metric]:
-        return [Metric(name, help_text("gauge", unit), "gauge") for name, unit, _ in _GPU_GAUGES]
-
-    def collect(self) -> list[Metric]:
-        stats = self._source()
-        metrics = self.describe()
-        for metric, (_, _, key) in zip(metrics, _GPU_GAUGES, strict=True):
-            for gpu in stats:
-                labels = {"DeviceId": str(gpu["id"]), "Level": "Host", "Hostname": self._hostname}
-                metric.add_sample(metric.name, labels, float(gpu[key]))  # type: ignore[literal-required]
-        return metrics
+HOST = "Host"
+Declaration = MetricDecl | Mapping[str, Any]
 
 
 class _ModelStats:
@@ -239,24 +125,30 @@ class ServeMetrics:
         self,
         hostname: str | None = None,
         *,
+        config: MetricsConfig = DEFAULT,
+        auto_detect: bool = True,
         window: int = 1000,
         throughput_seconds: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
         gpu_source: Callable[[], Sequence[GpuStats]] = devices.gpu_stats,
+        host_source: Callable[[], Mapping[str, float]] = host_readings,
     ) -> None:
         self.hostname = hostname or socket.gethostname()
+        self.auto_detect = auto_detect
         self.registry = CollectorRegistry(auto_describe=False)
         self._window = window
         self._seconds = throughput_seconds
         self._clock = clock
-        self._families: dict[str, _Family] = {}
+        self._families: dict[str, MetricFamily] = {}
         self._models: dict[tuple[str, str], _ModelStats] = {}
         self._lock = threading.Lock()
         self._gpu_source = gpu_source
-        for name, unit, kind, labels in _BUILTIN:
-            self._add_family(name, help_text(kind, unit), kind, labels)
-        self._gpu = _GpuCollector(self.hostname, gpu_source)
-        self.registry.register(self._gpu)
+        self._host_source = host_source
+        for decl in config.ts_metrics:
+            self._add_family(metric_name(decl.name), decl.unit, decl.kind, decl.dimensions, "ts")
+        self.declare_model_metrics(config.model_metrics)
+
+    # ---- the server's own metrics ----
 
     def record_request(
         self,
@@ -274,14 +166,13 @@ class ServeMetrics:
         `served_version` is the version that answered, which keys the dashboard's stats
         so they line up with the batches of that version.
         """
-        labels = {"model_name": model, "model_version": version or "default"}
-        labels["hostname"] = self.hostname
-        self._update("ts_inference_requests_total", labels, 1.0)
-        self._update("ts_inference_latency_microseconds", labels, latency_us)
-        self._update("ts_queue_latency_microseconds", labels, queue_us)
+        labels = (model, version or "default", self.hostname)
+        self._record("ts_inference_requests_total", labels, 1.0)
+        self._record("ts_inference_latency_microseconds", labels, latency_us)
+        self._record("ts_queue_latency_microseconds", labels, queue_us)
         if status // 100 in (2, 4, 5):
-            self._update(f"Requests{status // 100}XX", self._host(), 1.0)
-        self._update("WorkerThreadTime", self._host(), max(0.0, latency_us - queue_us) / 1000)
+            self._record(f"Requests{status // 100}XX", self._host(), 1.0)
+        self._record("WorkerThreadTime", self._host(), max(0.0, latency_us - queue_us) / 1000)
         with self._lock:
             stats = self._stats(model, served_version or version or "default")
             stats.add_request(status, latency_us / 1000, self._clock())
@@ -294,42 +185,64 @@ class ServeMetrics:
         batch_len: int,
         queue_ms: float,
     ) -> None:
-        """One answered batch (the pool's `on_metrics`): times, batch fill, handler metrics."""
-        self._update("QueueTime", self._host(), queue_ms)
-        model_labels = {"ModelName": spec.model_name, "Level": "Model", "Hostname": self.hostname}
-        self._update("PredictionTime", model_labels, predict_ms)
+        """One answered batch (the pool's `on_metrics`): queue time, batch fill, and the
+        handler's metrics (PredictionTime among them, as the worker emits it)."""
+        self._record("QueueTime", self._host(), queue_ms)
         with self._lock:
             self._stats(spec.model_name, spec.version).add_batch(batch_len, spec.batch_size)
-        for metric in metrics:
-            self.record_handler_metric(metric, spec.model_name)
+        self.record_handler_metrics(spec, metrics)
 
     def record_worker_load(self, worker_name: str, ms: float) -> None:
-        """How long a worker took to load its model."""
-        self._update("WorkerLoadTime", {"WorkerName": worker_name, **self._host()}, ms)
+        """How long a worker took to start and load its model (TorchServe's WorkerLoadTime)."""
+        self._record("WorkerLoadTime", (worker_name, *self._host()), ms)
 
-    def record_handler_metric(self, metric: Mapping[str, Any], model_name: str) -> None:
-        """One observation from a worker's `context.metrics`; malformed ones are logged."""
+    # ---- the handlers' metrics ----
+
+    def declare_model_metrics(self, declarations: Iterable[Declaration]) -> None:
+        """Declare model metrics (`MetricDecl`s or workers' declaration dicts), `Hostname`
+        added; a name already declared keeps its first declaration."""
+        for item in declarations:
+            decl = item if isinstance(item, MetricDecl) else _declaration(item)
+            name = metric_name(decl.name)
+            if name not in self._families:
+                self._add_family(name, decl.unit, decl.kind, (*decl.dimensions, "Hostname"))
+
+    def record_handler_metrics(self, spec: ModelSpec, metrics: Iterable[Mapping[str, Any]]) -> None:
+        """A worker's observations, after declaring its model's own metrics_config."""
+        if spec.model_metrics:
+            self.declare_model_metrics(spec.model_metrics)
+        for metric in metrics:
+            self.record_handler_metric(metric)
+
+    def record_handler_metric(self, metric: Mapping[str, Any], model_name: str = "") -> None:
+        """One observation from a worker's `context.metrics`; what does not fit is logged."""
         try:
             name, kind, value, dimensions = _parse_observation(metric)
         except (KeyError, TypeError, ValueError) as exc:
             log.warning("Ignoring a malformed handler metric %r: %s", metric, exc)
             return
-        labels = {"ModelName": model_name, "Level": "Model", **dimensions}
-        labels.setdefault("Hostname", self.hostname)
         family = self._families.get(name)
+        if family is None and self.auto_detect:
+            unit = str(metric.get("unit") or "unit")
+            family = self._add_family(name, unit, kind, (*dimensions, "Hostname"))
         if family is None:
-            doc = help_text(kind, str(metric.get("unit") or "unit"))
-            family = self._try_add_family(name, doc, kind, list(labels))
-        if family is None or family.kind != kind or set(family.labelnames) != set(labels):
-            log.warning(
-                "Ignoring handler metric %s (%s, labels %s): it clashes", name, kind, labels
-            )
+            return  # neither declared nor auto-detected: TorchServe drops it too
+        values = [*dimensions.values(), self.hostname]
+        if family.owner != "model" or not family.fits(values):
+            fitting = f"{family.name} {list(family.labelnames)}"
+            log.warning("Ignoring handler metric %s %s of %s: it does not fit %s", name,
+                        list(dimensions), model_name, fitting)  # fmt: skip
             return
-        family.update(labels, value)
+        family.update(values, value)
+
+    # ---- reading ----
 
     def value(self, name: str, labels: Mapping[str, str]) -> float:
-        """One series' current value (a histogram's sum); 0 if never recorded."""
-        return self._families[name].value(labels)
+        """One series' current value (a histogram's sum); 0 if never recorded or undeclared."""
+        family = self._families.get(name)
+        if family is None:
+            return 0.0
+        return family.value([labels[label] for label in family.labelnames])
 
     def forget_model(self, model: str, version: str) -> None:
         """Drop a model version's dashboard stats (its Prometheus series stay, as in TS)."""
@@ -340,9 +253,11 @@ class ServeMetrics:
         """Prometheus text (version 0.0.4) as TorchServe writes it; `names` is its `name[]`."""
         wanted = None if names is None else set(names)
         with self._lock:
-            families = list(self._families.values())
-        metrics = [m for family in families for m in family.collect()] + self._gpu.collect()
-        return write_families(m for m in metrics if wanted is None or m.name in wanted)
+            families = [f for f in self._families.values() if wanted is None or f.name in wanted]
+        scraped = self._scraped([f for f in families if f.owner == "ts"])
+        return write_families(
+            m for family in families for m in scraped.get(family.name, family).collect()
+        )
 
     def snapshot(self) -> dict[str, Any]:
         """JSON-ready stats for the dashboard: host counts, per model version, GPUs."""
@@ -352,58 +267,80 @@ class ServeMetrics:
                 {"model_name": name, "model_version": version, **stats.summary(now, self._seconds)}
                 for (name, version), stats in sorted(self._models.items(), key=lambda kv: kv[0])
             ]
+        host = dict(zip(("Level", "Hostname"), self._host(), strict=True))
         return {
             "hostname": self.hostname,
             "requests": {
-                key: int(self.value(f"Requests{key}", self._host()))
-                for key in ("2XX", "4XX", "5XX")
+                key: int(self.value(f"Requests{key}", host)) for key in ("2XX", "4XX", "5XX")
             },
             "models": models,
             "gpus": [dict(gpu) for gpu in self._gpu_source()],
         }
 
-    def _host(self) -> dict[str, str]:
-        return {"Level": "Host", "Hostname": self.hostname}
+    # ---- helpers ----
+
+    def _host(self) -> tuple[str, str]:
+        return (HOST, self.hostname)
 
     def _stats(self, model: str, version: str) -> _ModelStats:
         """The model version's stats, created on first use (the caller holds the lock)."""
         return self._models.setdefault((model, version), _ModelStats(self._window))
 
-    def _update(self, name: str, labels: Mapping[str, str], value: float) -> None:
-        self._families[name].update(labels, value)
+    def _record(self, name: str, values: Sequence[str], value: float) -> None:
+        """Update one of the server's own metrics, if the metrics_config has it as given."""
+        family = self._families.get(name)
+        if family is not None and family.owner == "ts" and family.fits(values):
+            family.update(values, value)
 
-    def _try_add_family(
-        self, name: str, doc: str, kind: str, labels: Sequence[str]
-    ) -> _Family | None:
-        """A new family for a handler metric; None if its names clash with another's."""
-        try:
-            return self._add_family(name, doc, kind, labels)
-        except ValueError:  # prometheus_client's DuplicateTimeseries (e.g. "X_sum" vs "X")
-            return None
+    def _scraped(self, families: list[MetricFamily]) -> dict[str, MetricFamily]:
+        """Fresh families for the host and GPU gauges among `families`, read now."""
+        names = {family.name for family in families}
+        host = self._host_source() if names & set(HOST_GAUGES) else {}
+        gpus = gpu_readings(self._gpu_source()) if names & set(GPU_GAUGES) else {}
+        fresh: dict[str, MetricFamily] = {}
+        for family in families:
+            if family.name in HOST_GAUGES or family.name in GPU_GAUGES:
+                now = MetricFamily(family.name, family.unit, family.kind, family.labelnames)
+                readings = [(self._host(), host[family.name])] if family.name in host else [
+                    ((HOST, device, self.hostname), v) for device, v in gpus.get(family.name, [])
+                ]  # fmt: skip
+                for values, value in readings:
+                    if now.fits(values):
+                        now.update(values, value)
+                fresh[family.name] = now
+        return fresh
 
-    def _add_family(self, name: str, doc: str, kind: str, labels: Sequence[str]) -> _Family:
-        family = _Family(name, doc, kind, labels)
+    def _add_family(
+        self, name: str, unit: str, kind: str, labels: Sequence[str], owner: str = "model"
+    ) -> MetricFamily | None:
+        """A new family; None when its name clashes with another's samples (X vs X_sum)."""
+        family = MetricFamily(name, unit, kind, [label_name(n) for n in labels], owner)
         with self._lock:
-            self.registry.register(family)
+            try:
+                self.registry.register(family)
+            except ValueError:  # prometheus_client's duplicate timeseries
+                log.warning("Metric %s clashes with another metric's names: not recorded", name)
+                return None
             self._families[name] = family
         return family
 
 
+def _declaration(item: Mapping[str, Any]) -> MetricDecl:
+    """A worker declaration dict (`MetricDecl.worker_declaration`) back as a `MetricDecl`."""
+    dims = tuple(str(d) for d in item.get("dimensions") or ())
+    return MetricDecl(str(item["name"]), str(item["type"]), str(item["unit"]), dims)
+
+
 def _parse_observation(metric: Mapping[str, Any]) -> tuple[str, str, float, dict[str, str]]:
     """(name, kind, value, dimensions) of a worker's metric dict, names made Prometheus-safe."""
-    name = _BAD_NAME.sub("_", str(metric["name"]))
+    name = metric_name(metric["name"])
     kind = str(metric.get("type") or "counter")
     if kind not in KINDS:
         raise ValueError(f"unknown metric type {kind!r}")
     value = float(metric["value"])
-    if not name or name[0].isdigit() or math.isnan(value):
+    if math.isnan(value) or str(metric["name"])[:1].isdigit():
         raise ValueError("a metric needs a name not starting with a digit and a number value")
     raw = metric.get("dimensions") or {}
     if not isinstance(raw, Mapping):
         raise TypeError("dimensions must be a mapping")
-    return name, kind, value, {_label(key): str(val) for key, val in raw.items()}
-
-
-def _label(name: Any) -> str:
-    label = _BAD_LABEL.sub("_", str(name))
-    return f"_{label}" if not label or label[0].isdigit() else label
+    return name, kind, value, {label_name(key): str(val) for key, val in raw.items()}

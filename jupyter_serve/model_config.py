@@ -24,6 +24,8 @@ and jupyter_serve's own, under a `jupyter_serve:` section::
     batchPolicy                batch_policy               eager | strict
     torchThreads               torch_threads              integer >= 1
     kernel                     (ModelConfig.kernel)       a kernelspec name: workers use its Python
+    metricsConfig              (ModelConfig.metrics_config) a metrics_config YAML in the model
+                                                          folder: this model's model_metrics
 
 A key set to null counts as absent. Other keys (`handler:`, `pt2:`, `system:`
 with `extraFiles`/`maxGPUMemory`, TorchServe keys jupyter_serve does not use)
@@ -62,6 +64,7 @@ class ModelConfig:
     data: dict[str, Any] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)  # ModelSpec field -> value
     kernel: str | None = None
+    metrics_config: str | None = None  # relative to the model folder
 
 
 def load_model_config(model_dir: str | Path, manifest: Manifest | None = None) -> ModelConfig:
@@ -70,11 +73,12 @@ def load_model_config(model_dir: str | Path, manifest: Manifest | None = None) -
     path = find_config(folder, manifest or read_manifest(folder))
     if path is None:
         return ModelConfig()
-    data = _load_yaml(path)
+    data = load_yaml_file(path)
     settings = _settings(data, _FRONTEND_KEYS, str(path))
     settings.update(_settings(_section(data, path), _SECTION_KEYS, f"{path}: {SECTION}"))
     kernel = settings.pop("kernel", None)
-    return ModelConfig(path=path, data=data, settings=settings, kernel=kernel)
+    metrics = settings.pop("metrics_config", None)
+    return ModelConfig(path, data, settings, kernel=kernel, metrics_config=metrics)
 
 
 def find_config(model_dir: Path, manifest: Manifest) -> Path | None:
@@ -91,7 +95,8 @@ def find_config(model_dir: Path, manifest: Manifest) -> Path | None:
     return path
 
 
-def _load_yaml(path: Path) -> dict[str, Any]:
+def load_yaml_file(path: Path) -> dict[str, Any]:
+    """A YAML mapping read within the limits above (also for metrics_config files)."""
     if path.stat().st_size > MAX_CONFIG_BYTES:
         raise BadRequest(f"{path}: larger than {MAX_CONFIG_BYTES} bytes; keep model configs small.")
     try:
@@ -227,4 +232,5 @@ _SECTION_KEYS: dict[str, tuple[str, Converter]] = {
     "batchPolicy": ("batch_policy", _choice("eager", "strict")),
     "torchThreads": ("torch_threads", _integer(1)),
     "kernel": ("kernel", _text),
+    "metricsConfig": ("metrics_config", _text),
 }

@@ -17,6 +17,10 @@ Devices: a model runs on GPUs when the server may use some (`gpus`, default
 `devices.gpu_count()`) and neither the yaml nor the server forces `cpu`; a yaml
 asking for `gpu` on a machine without GPUs runs on CPU (with a warning).
 
+Metrics: `model_metrics` are the `model_metrics` declarations (worker form, see
+`metrics_config`) of the metrics_config the yaml's `jupyter_serve: metricsConfig:`
+names (a file in the model folder), else the server's (`ServerDefaults`).
+
 Python: workers run `ServerDefaults.python`, or the interpreter of the kernelspec
 named by the yaml's `jupyter_serve: kernel:`. Per-model requirements are the
 caller's step (`deps.install_requirements`, then `spec.with_changes(python_path=...)`).
@@ -27,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import os
 import sys
 from dataclasses import dataclass, field
 from enum import Enum
@@ -83,6 +88,7 @@ class ModelSpec:
     runtime: str = "python"
     max_retry_timeout: float = 300.0  # maxRetryTimeoutInSec
     client_timeout_ms: int = 0  # clientTimeoutInMills; 0 = none
+    model_metrics: tuple[dict[str, Any], ...] = ()  # metrics_config's, for the workers
 
     def __post_init__(self) -> None:
         self._normalize()
@@ -221,6 +227,7 @@ class ServerDefaults:
     max_retry_timeout: float = 300
     torch_threads: int | None = None
     device_type: DeviceType | None = None  # None: GPU when available; a yaml deviceType wins
+    model_metrics: tuple[dict[str, Any], ...] = ()  # the metrics_config's model_metrics
 
 
 @dataclass(frozen=True)
@@ -266,6 +273,7 @@ def resolve_spec(
         runtime=params.runtime or manifest.runtime,
         python=_python(config, defaults),
         model_yaml_config=config.data,
+        model_metrics=_model_metrics(folder, config, defaults),
         **values,
     )
 
@@ -325,6 +333,20 @@ def _device(
             f"(it may use {available}: ids 0..{available - 1})."
         )
     return {"device_type": DeviceType.GPU, "device_ids": ids}
+
+
+def _model_metrics(
+    folder: Path, config: ModelConfig, defaults: ServerDefaults
+) -> tuple[dict[str, Any], ...]:
+    """The model's own metrics_config's `model_metrics`, else the server's."""
+    if config.metrics_config is None:
+        return defaults.model_metrics
+    from .metrics_config import load_metrics_config
+
+    path = folder / config.metrics_config
+    if not os.path.realpath(path).startswith(os.path.realpath(folder) + os.sep):
+        raise BadRequest(f"{config.path}: metricsConfig must name a file in the model folder.")
+    return load_metrics_config(path).worker_declarations()
 
 
 def _python(config: ModelConfig, defaults: ServerDefaults) -> str:

@@ -13,6 +13,7 @@ import pytest
 from jupyter_serve.batching import Batcher
 from jupyter_serve.devices import GpuStats
 from jupyter_serve.metrics import ServeMetrics
+from jupyter_serve.metrics_config import MetricsConfig, load_metrics_config
 from jupyter_serve.models import ModelSpec
 from jupyter_serve.pool import WorkerPool
 from jupyter_serve.protocol import InferenceRequest
@@ -35,6 +36,7 @@ def no_gpus() -> list[GpuStats]:
 
 def make_metrics(**kwargs: Any) -> ServeMetrics:
     kwargs.setdefault("gpu_source", no_gpus)
+    kwargs.setdefault("host_source", dict)  # no host readings: renders stay comparable
     return ServeMetrics("host1", **kwargs)
 
 
@@ -97,10 +99,11 @@ def test_worker_thread_time_is_the_time_after_the_queue() -> None:
     assert 'WorkerThreadTime{Level="Host",Hostname="host1",} 3.0' in lines(metrics)
 
 
-def test_record_batch_sets_queue_and_prediction_time_and_handler_metrics() -> None:
+def test_record_batch_sets_queue_time_and_the_workers_metrics() -> None:
     metrics = make_metrics()
     handler_time = observation("HandlerTime", 7.5, "gauge", ModelName="mnist", Level="Model")
-    metrics.record_batch(make_spec(), [handler_time], 12.0, 3, 4.5)
+    prediction = observation("PredictionTime", 12.0, "gauge", ModelName="mnist", Level="Model")
+    metrics.record_batch(make_spec(), [handler_time, prediction], 12.5, 3, 4.5)
     text = lines(metrics)
     assert 'QueueTime{Level="Host",Hostname="host1",} 4.5' in text
     assert 'PredictionTime{ModelName="mnist",Level="Model",Hostname="host1",} 12.0' in text
@@ -122,8 +125,8 @@ def test_handler_counter_increments_and_gauge_is_set() -> None:
     metrics.record_batch(spec, [counter, counter, gauge], 1.0, 1, 0.0)
     metrics.record_batch(spec, [{**gauge, "value": 3}], 1.0, 1, 0.0)
     text = lines(metrics)
-    assert 'CacheHits{ModelName="mnist",Level="Model",Shard="a",Hostname="host1",} 4.0' in text
-    assert 'QueueDepth{ModelName="mnist",Level="Model",Hostname="host1",} 3.0' in text
+    assert 'CacheHits{Shard="a",Hostname="host1",} 4.0' in text  # auto-detected: its own dims
+    assert 'QueueDepth{Hostname="host1",} 3.0' in text  # no dimensions: only Hostname
     assert "# HELP CacheHits Torchserve prometheus counter metric with unit: Milliseconds" in text
 
 
@@ -133,10 +136,10 @@ def test_handler_histogram_observes_into_buckets() -> None:
     metrics.record_batch(spec, [observation("Size", 3, "histogram", Level="Model")], 1.0, 1, 0.0)
     metrics.record_batch(spec, [observation("Size", 70, "histogram", Level="Model")], 1.0, 1, 0.0)
     text = lines(metrics)
-    labels = 'ModelName="mnist",Level="Model",Hostname="host1",'
-    assert f'Size_bucket{{{labels}le="1.0",}} 0.0' in text
+    labels = 'Level="Model",Hostname="host1",'
+    assert f'Size_bucket{{{labels}le="2.5",}} 0.0' in text  # the Java client's buckets
     assert f'Size_bucket{{{labels}le="5.0",}} 1.0' in text
-    assert f'Size_bucket{{{labels}le="100.0",}} 2.0' in text
+    assert f'Size_bucket{{{labels}le="10.0",}} 1.0' in text
     assert f'Size_bucket{{{labels}le="+Inf",}} 2.0' in text
     assert f"Size_count{{{labels}}} 2.0" in text
     assert f"Size_sum{{{labels}}} 73.0" in text
@@ -146,7 +149,7 @@ def test_handler_histogram_observes_into_buckets() -> None:
 def test_handler_metric_names_and_labels_are_made_prometheus_safe() -> None:
     metrics = make_metrics()
     metrics.record_handler_metric(observation("my-metric", 1, "gauge", **{"a b": "x"}), "m")
-    assert 'my_metric{ModelName="m",Level="Model",a_b="x",Hostname="host1",} 1.0' in lines(metrics)
+    assert 'my_metric{a_b="x",Hostname="host1",} 1.0' in lines(metrics)
 
 
 @pytest.mark.parametrize(
@@ -166,20 +169,23 @@ def test_malformed_handler_metrics_are_ignored(bad: dict[str, Any]) -> None:
     assert metrics.render() == before
 
 
-def test_handler_metric_changing_shape_is_ignored() -> None:
+def test_handler_metric_updates_by_name_and_position_or_is_ignored() -> None:
+    """As TorchServe's frontend: the metric of that name takes the values by position;
+    a different number of values, or a name of the server's own metrics, is dropped."""
     metrics = make_metrics()
     metrics.record_handler_metric(observation("Hits", 1, "counter", Shard="a"), "m")
     metrics.record_handler_metric(observation("Hits", 5, "counter", Other="b"), "m")
-    metrics.record_handler_metric(observation("Hits", 5, "gauge", Shard="a"), "m")
+    metrics.record_handler_metric(observation("Hits", 5, "counter", Shard="a", More="x"), "m")
     metrics.record_handler_metric(observation("Requests2XX", 1, "gauge"), "m")
     metrics.record_handler_metric(observation("Size", 1, "histogram"), "m")
     metrics.record_handler_metric(observation("Size_sum", 7, "gauge"), "m")
     text = "\n".join(lines(metrics))
-    assert 'Hits{ModelName="m",Level="Model",Shard="a",Hostname="host1",} 1.0' in text
-    assert "Other" not in text
+    assert 'Hits{Shard="a",Hostname="host1",} 1.0' in text
+    assert 'Hits{Shard="b",Hostname="host1",} 5.0' in text
+    assert "More" not in text
     assert "Requests2XX{" not in text
     assert "Size_sum gauge" not in text
-    assert 'Size_sum{ModelName="m",Level="Model",Hostname="host1",} 1.0' in text
+    assert 'Size_sum{Hostname="host1",} 1.0' in text
 
 
 def test_render_filter_selects_named_families() -> None:
@@ -207,7 +213,7 @@ def test_gpu_gauges_come_from_the_gpu_source() -> None:
     }
     metrics = ServeMetrics("host1", gpu_source=lambda: [gpu])
     text = lines(metrics)
-    labels = 'DeviceId="0",Level="Host",Hostname="host1",'
+    labels = 'Level="Host",DeviceId="0",Hostname="host1",'  # TorchServe's metrics.yaml order
     assert f"GPUUtilization{{{labels}}} 37.0" in text
     assert f"GPUMemoryUtilization{{{labels}}} 12.06" in text
     assert f"GPUMemoryUsed{{{labels}}} 1930.0" in text
@@ -317,8 +323,7 @@ def test_pool_on_metrics_feeds_record_batch(tmp_path: Path) -> None:
 
     asyncio.run(asyncio.wait_for(main(), HANG_GUARD))
     text = lines(metrics)
-    assert 'PredictionTime{ModelName="mnist",Level="Model",Hostname="host1",} 1.5' in text
-    assert 'FakeBatchSize{ModelName="mnist",Level="Model",Hostname="host1",} 2.0' in text
+    assert 'FakeBatchSize{ModelName="mnist",Hostname="host1",} 2.0' in text
     (model,) = metrics.snapshot()["models"]
     assert (model["batches"], model["batch_fill"]) == (1, 1.0)
 
@@ -331,3 +336,84 @@ def test_unversioned_requests_count_for_the_served_version_on_the_dashboard() ->
     assert (model["model_version"], model["requests"]) == ("2.0", 2)
     # TorchServe's Prometheus label for an unversioned request stays "default".
     assert b'model_version="default"' in metrics.render(["ts_inference_requests_total"])
+
+
+# ---- metrics_config -------------------------------------------------------------------
+
+
+def config_of(text: str, tmp_path: Path) -> MetricsConfig:
+    path = tmp_path / "metrics.yaml"
+    path.write_text(text)
+    return load_metrics_config(path)
+
+
+def test_ts_metrics_say_which_server_metrics_exist_and_their_labels(tmp_path: Path) -> None:
+    """A server metric left out is never recorded; the file's label names and unit are used,
+    the values by position (TorchServe's `MetricCache` builds them from the file)."""
+    config = config_of(
+        "ts_metrics:\n  counter:\n"
+        "    - {name: Requests2XX, unit: Calls, dimensions: [Lvl, Host]}\n", tmp_path
+    )  # fmt: skip
+    metrics = make_metrics(config=config)
+    metrics.record_request("m", "1.0", 200, 10.0, 1.0)
+    text = lines(metrics)
+    assert text == [
+        "# HELP Requests2XX Torchserve prometheus counter metric with unit: Calls",
+        "# TYPE Requests2XX counter",
+        'Requests2XX{Lvl="Host",Host="host1",} 1.0',
+    ]
+
+
+def test_declared_model_metrics_are_listed_before_any_sample(tmp_path: Path) -> None:
+    config = config_of(
+        "model_metrics:\n  counter:\n    - {name: Calls, unit: count, dimensions: []}\n"
+        "  gauge:\n    - {name: Batch, unit: count, dimensions: [ModelName]}\n", tmp_path
+    )  # fmt: skip
+    metrics = make_metrics(config=config)
+    assert lines(metrics) == [
+        "# HELP Calls Torchserve prometheus counter metric with unit: count",
+        "# TYPE Calls counter",
+        "# HELP Batch Torchserve prometheus gauge metric with unit: count",
+        "# TYPE Batch gauge",
+    ]
+    metrics.record_handler_metric(observation("Calls", 2, "counter"))
+    metrics.record_handler_metric(observation("Batch", 3, "gauge", ModelName="m"))
+    metrics.record_handler_metric(observation("Batch", 4, "gauge", ModelName="m", Level="X"))
+    assert 'Calls{Hostname="host1",} 2.0' in lines(metrics)  # declared without dimensions
+    assert 'Batch{ModelName="m",Hostname="host1",} 3.0' in lines(metrics)
+
+
+def test_without_auto_detect_an_undeclared_handler_metric_is_dropped() -> None:
+    metrics = make_metrics(auto_detect=False)
+    metrics.record_handler_metric(observation("Surprise", 1, "counter"))
+    metrics.record_handler_metric(observation("HandlerTime", 2.5, "gauge", A="m", B="Model"))
+    text = "\n".join(lines(metrics))
+    assert "Surprise" not in text
+    assert 'HandlerTime{ModelName="m",Level="Model",Hostname="host1",} 2.5' in text
+
+
+def test_a_models_own_metrics_config_is_declared_with_its_batches() -> None:
+    metrics = make_metrics(auto_detect=False)
+    declared = {"name": "Tokens", "unit": "count", "dimensions": ["ModelName"], "type": "counter"}
+    spec = make_spec().with_changes(model_metrics=(declared,))
+    metrics.record_batch(spec, [observation("Tokens", 5, "counter", ModelName="mnist")], 1, 1, 0)
+    assert 'Tokens{ModelName="mnist",Hostname="host1",} 5.0' in lines(metrics)
+
+
+def test_host_gauges_are_read_at_scrape_time() -> None:
+    readings = {"CPUUtilization": 12.5, "MemoryUsed": 800.0}
+    metrics = make_metrics(host_source=lambda: readings)
+    text = lines(metrics)
+    assert 'CPUUtilization{Level="Host",Hostname="host1",} 12.5' in text
+    assert 'MemoryUsed{Level="Host",Hostname="host1",} 800.0' in text
+    assert "# HELP DiskUsage Torchserve prometheus gauge metric with unit: Gigabytes" in text
+    readings["CPUUtilization"] = 50.0
+    assert 'CPUUtilization{Level="Host",Hostname="host1",} 50.0' in lines(metrics)
+
+
+def test_real_host_readings_have_torchserves_names() -> None:
+    from jupyter_serve.host_metrics import HOST_GAUGES, host_readings
+
+    readings = host_readings()  # psutil is installed with the test extras (ipykernel)
+    assert sorted(readings) == sorted(HOST_GAUGES)
+    assert 0 <= readings["MemoryUtilization"] <= 100

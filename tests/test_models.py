@@ -322,3 +322,24 @@ def test_bad_yaml_names_its_path(tmp_path: Path) -> None:
     with pytest.raises(BadRequest, match=r"model-config\.yaml: invalid YAML") as caught:
         resolve_spec(folder, gpus=0)
     assert str(folder) in caught.value.message
+
+
+def test_model_metrics_come_from_the_models_own_metrics_config(tmp_path: Path) -> None:
+    folder = model_folder(tmp_path, "jupyter_serve:\n  metricsConfig: metrics.yaml\n")
+    (folder / "metrics.yaml").write_text(
+        "model_metrics:\n  counter:\n    - {name: Tokens, unit: count, dimensions: [ModelName]}\n"
+    )
+    own = {"name": "Tokens", "unit": "count", "dimensions": ["ModelName"], "type": "counter"}
+    assert resolve_spec(folder).model_metrics == (own,)
+    server = ({"name": "Server", "unit": "ms", "dimensions": [], "type": "gauge"},)
+    plain = model_folder(tmp_path / "plain")
+    assert resolve_spec(plain, defaults=ServerDefaults(model_metrics=server)).model_metrics == (
+        server
+    )
+
+
+def test_a_models_metrics_config_must_be_inside_its_folder(tmp_path: Path) -> None:
+    (tmp_path / "outside.yaml").write_text("model_metrics: {}\n")
+    folder = model_folder(tmp_path, "jupyter_serve:\n  metricsConfig: ../outside.yaml\n")
+    with pytest.raises(BadRequest, match="metricsConfig must name a file in the model folder"):
+        resolve_spec(folder)

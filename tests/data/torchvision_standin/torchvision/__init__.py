@@ -1,0 +1,1 @@
+"""A stand-in for torchvision: only `transforms.Compose/ToTensor/Normalize`."""
