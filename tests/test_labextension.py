@@ -37,6 +37,7 @@ from jupyter_serve.demo import CONFIG
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 expect = playwright_api.expect
+expect.set_options(timeout=TIMEOUT)
 pytestmark = pytest.mark.skipif(
     not Path("/usr/bin/chromium").exists(), reason="needs Debian's chromium (scripts/test)"
 )
@@ -222,12 +223,16 @@ def test_try_it_and_follow_the_log(lab: Lab, server: LabServer) -> None:
     expect(handled).to_have_count(1)  # the tab followed the worker's new line
 
 
-def test_a_failure_is_a_notification_with_torchserve_message(lab: Lab) -> None:
+def test_a_failure_is_a_notification_with_torchserve_message(lab: Lab, server: LabServer) -> None:
+    with server.serve_client() as client:
+        refused = client.post("models", params={"url": "missing.mar"})
+    assert refused.status_code == 404
+    message = refused.json()["message"]  # TorchServe's words, whatever they are
     lab.page.locator(".jp-ServePanel-register").click()
     lab.dialog().locator("input").fill("missing.mar")
     lab.accept("Ok")
     lab.accept("Serve")
-    lab.notification("Model not found in model store: missing.mar")
+    lab.notification(f"Registering missing.mar failed: {message}")
 
 
 def test_an_explanation_shows_a_heat_map(lab: Lab, server: LabServer, tmp_path: Path) -> None:
@@ -275,10 +280,29 @@ def test_unregister_asks_first(lab: Lab) -> None:
 
 def test_the_dashboard_widget_renders_in_a_notebook(lab: Lab) -> None:
     lab.page.goto(f"{lab.server.lab_url}lab/tree/dashboard.ipynb")
-    lab.page.locator(".jp-Notebook").wait_for()
+    idle = lab.page.locator('.jp-Notebook-ExecutionIndicator[data-status="idle"]')
+    asked = lab.page.locator(".jp-Dialog", has_text="Select Kernel")
+    expect(idle.or_(asked).first).to_be_visible()
+    if asked.is_visible():  # JupyterLab asks when the kernel specs came after the notebook
+        lab.accept("Select")
+    expect(idle).to_be_visible()
     lab.page.locator(".lm-MenuBar-item", has_text="Run").click()
     lab.page.locator('.lm-Menu-item[data-command="runmenu:run-all"]').click()
     widget = lab.page.locator(".jp-OutputArea-output .widget-button", has_text="Scale")
     expect(widget.first).to_be_visible()
-    expect(lab.page.locator(".jp-OutputArea-output")).to_contain_text("heat")
+    expect(lab.page.locator(".jp-OutputArea-output")).to_contain_text("demo version")
     lab.screenshot("dashboard", lab.page.locator(".jp-NotebookPanel:visible"))
+
+
+def test_the_panel_opens_in_notebook_7_from_the_palette(lab: Lab) -> None:
+    lab.page.goto(f"{lab.server.lab_url}notebooks/dashboard.ipynb")
+    lab.page.locator(".jp-Notebook").wait_for()
+    lab.page.keyboard.press("Control+Shift+C")
+    lab.page.locator(".lm-CommandPalette-input").fill("Open the Serving Panel")
+    item = lab.page.locator('.lm-CommandPalette-item[data-command="jupyter-serve:open-panel"]')
+    expect(item).to_have_class(re.compile("lm-mod-active"))
+    lab.page.keyboard.press("Enter")
+    served = lab.card("demo", "2.0")
+    expect(served).to_be_visible()
+    expect(served).to_have_attribute("data-status", "healthy")
+    lab.screenshot("notebook7-panel")

@@ -66,6 +66,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
 
     const panel = new ServingPanel(model, app.commands);
     panel.title.icon = servingIcon;
+    panel.title.label = 'Serving'; // Notebook 7 lists side panels by label (View > Left Sidebar)
     app.shell.add(panel, 'left', { rank: 600 });
     restorer?.add(panel, PANEL_ID);
 
