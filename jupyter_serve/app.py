@@ -2,7 +2,7 @@
 
 The server process never runs model code: it owns the routes, the model
 registry (one batcher and worker pool per model version), the metrics and the
-spare workers (`spare_workers` warm interpreters shared by every model's pool).
+worker factory (`fork_workers`: one warm interpreter that forks every model's workers).
 Routes reach them through tornado settings:
 
 * ``serve_registry``: the `ModelRegistry`;
@@ -12,7 +12,7 @@ Routes reach them through tornado settings:
 At start (`_start_jupyter_server_extension`, or `start_models()` awaited
 directly) the snapshot comes back and `load_models` are registered, in a
 background task so the server answers at once (see `startup`).
-`stop_extension` stops every worker and spare, so nothing outlives the server.
+`stop_extension` stops every worker and the factory, so nothing outlives the server.
 
 `ts_config` names a TorchServe `config.properties`; its single-server keys
 (`TS_CONFIG_TRAITS`) fill the traits the user did not set explicitly, which is
@@ -38,7 +38,7 @@ from traitlets import Bool, Dict, Float, Int, List, Unicode, default
 from .archive import ExtractLimits
 from .metrics import ServeMetrics
 from .models import BatchPolicy, ServerDefaults
-from .pool import SparePool, WorkerPool
+from .pool import WorkerFactory, WorkerPool
 from .registry import ModelRegistry, RegistryConfig
 from .registry.sources import MAX_DOWNLOAD_SIZE
 from .routes import ROUTES
@@ -243,14 +243,17 @@ class ServeApp(ExtensionApp):
         "machinery: same token check, same answers, a fraction of the server CPU. Only used "
         "when the server's identity provider and authorizer are jupyter_server's stock ones.",
     )
-    spare_workers = Int(
-        1,
-        min=0,
+    fork_workers = Bool(
+        True,
         config=True,
-        help="Idle workers kept with torch already imported, so a model's new worker "
-        "(register, scale-up, restart) skips the 1.5-2 s `import torch`. Each costs one idle "
-        "interpreter (about 230 MB). The first starts once some model has started a worker; "
-        "0 turns spares off. Workers of another Python (a kernelspec's) always start fresh.",
+        help="Fork new workers (register, scale-up, restart) from one worker factory that has "
+        "imported torch, instead of starting a fresh interpreter each: a worker starts in "
+        "milliseconds and shares torch's memory. Started on first need; Linux only. Workers of "
+        "another Python (a kernelspec's) or whose model's dependencies replace a package the "
+        "factory imported start fresh, as do all workers while the factory restarts.",
+    )
+    spare_workers = Int(
+        0, min=0, config=True, help="Deprecated, no effect: the worker factory replaced spares."
     )
     max_workers_per_model = Int(
         config=True,
@@ -295,7 +298,7 @@ class ServeApp(ExtensionApp):
         self.apply_ts_config()
         self.startup_task: asyncio.Task[list[tuple[str, str]]] | None = None
         self.metrics = ServeMetrics()
-        self.spares = SparePool(self.spare_workers)
+        self.factory = WorkerFactory(enabled=self.fork_workers)
         self.registry = ModelRegistry(self.registry_config())
         self.keys = KeyStore(self.workdir)
         self.settings.update(
@@ -337,7 +340,7 @@ class ServeApp(ExtensionApp):
         )
 
     def _make_pool(self, spec: Any, batcher: Any) -> WorkerPool:
-        return WorkerPool(spec, batcher, on_metrics=self.metrics.record_batch, spares=self.spares)
+        return WorkerPool(spec, batcher, on_metrics=self.metrics.record_batch, factory=self.factory)
 
     def apply_ts_config(self) -> None:
         """Fill traits not set explicitly from `ts_config` (TorchServe's precedence)."""
@@ -410,7 +413,7 @@ class ServeApp(ExtensionApp):
             return []
 
     async def stop_extension(self) -> None:
-        """Stop every worker of every model, and the spares."""
+        """Stop every worker of every model, and the worker factory."""
         lane: Lane | None = getattr(self, "lane", None)
         if lane is not None:
             lane.detach()
@@ -419,9 +422,9 @@ class ServeApp(ExtensionApp):
             startup.cancel()
             await asyncio.gather(startup, return_exceptions=True)
         registry: ModelRegistry | None = getattr(self, "registry", None)
-        spares: SparePool | None = getattr(self, "spares", None)
-        stops = [registry.shutdown()] if registry is not None else []
-        if spares is not None:
-            stops.append(spares.stop())
-        await asyncio.shield(asyncio.gather(*stops))
+        factory: WorkerFactory | None = getattr(self, "factory", None)
+        if registry is not None:
+            await asyncio.shield(registry.shutdown())
+        if factory is not None:  # after the workers, so it reaps every one it forked
+            await asyncio.shield(factory.stop())
         hide_worker_output(getattr(self, "_worker_log_handlers", []))

@@ -196,10 +196,10 @@ def _stop_on_signals(server: Any) -> None:
 
 
 def _kill_leftovers(serve: ServeApp) -> None:
-    """Kill workers and spares a cleanup that never ran left behind (the loop ended early)."""
-    spares = getattr(serve, "spares", None)
-    if spares is not None:
-        spares.kill()
+    """Kill workers and the factory a cleanup that never ran left behind (the loop ended early)."""
+    factory = getattr(serve, "factory", None)
+    if factory is not None:
+        factory.kill()
     registry = getattr(serve, "registry", None)
     if registry is None:
         return

@@ -27,14 +27,24 @@ Kinds (letters as TorchServe's, for familiarity)::
                            {"status": code, "message": str, "results": [WireResult...]}
                            one WireResult per request the handler streamed to
     R     worker -> server reply to L: {"status": 200, "message": ...}
-                           a spare's first frame, unasked: {"status": 200,
-                           "message": "spare", "pid", "modules": [str...]}
                            reply to I: {"results": [WireResult...], "metrics": [...],
                            "predict_ms": float}
                            WireResult: request_id, status, reason, content_type|null,
                            headers {str: str}, body: [off, len]
     E     worker -> server the whole L or I failed: {"status", "type", "message",
                            "traceback"}; status 500/503/507 or a handler's code
+
+The worker factory (jupyter_serve.worker.factory) speaks the same frames over a
+SOCK_SEQPACKET socket, one frame per packet (`decode_packet`), descriptors riding
+along as SCM_RIGHTS::
+
+    F     server -> factory {"id": int} + 3 fds: the worker's socket end, the write
+                           ends of its stdout and stderr pipes
+    R     factory -> server first, unasked: {"status": 200, "message": "factory",
+                           "pid", "modules": [str...], "threads": int}
+                           forked: {"id", "pid"}; a child exited: {"exited": pid,
+                           "code": int (negative: killed by that signal)}
+    E     factory -> server the fork failed: {"id", "status": 500, "message"}
 
 One request is in flight per connection at a time: the server sends L or I and
 waits for the matching R or E, reading any number of S frames before it (a
@@ -70,6 +80,7 @@ class Kind(str, Enum):
     STREAM = "S"
     RESULT = "R"
     ERROR = "E"
+    FORK = "F"
 
 
 @dataclass(frozen=True)
@@ -112,6 +123,13 @@ def decode(body: bytes) -> Frame:
     if not isinstance(header, dict):
         raise ProtocolError("Frame header is not a JSON object")
     return Frame(kind, header, bytes(body[end:]))
+
+
+def decode_packet(packet: bytes) -> Frame:
+    """The frame `encode` put in one datagram (the worker factory's packets)."""
+    if len(packet) < _LENGTH.size or _LENGTH.unpack_from(packet)[0] != len(packet) - _LENGTH.size:
+        raise ProtocolError("Packet length does not match its frame's length prefix")
+    return decode(packet[_LENGTH.size :])
 
 
 async def read_frame(reader: asyncio.StreamReader) -> Frame | None:

@@ -11,15 +11,16 @@ import pytest
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
 
 
-# Spare workers (torch imported ahead of need) are tested on purpose in test_spares.py,
-# test_app.py and the `jupyter serve` subprocess tests; elsewhere they would only add
-# background processes and CPU to tests about something else.
-NO_SPARES = {"spare_workers": 0}
+# The worker factory (a warm interpreter with torch imported that forks workers) is
+# tested on purpose in test_pool_factory.py, test_app.py and the `jupyter serve`
+# subprocess tests; elsewhere its `import torch` would only add a process and seconds
+# to tests about something else: their workers start fresh.
+NO_FACTORY = {"fork_workers": False}
 
 
 @pytest.fixture
 def jp_server_config(jp_server_config: dict[str, Any]) -> dict[str, Any]:
-    return {"ServerApp": {"jpserver_extensions": {"jupyter_serve": True}}, "ServeApp": NO_SPARES}
+    return {"ServerApp": {"jpserver_extensions": {"jupyter_serve": True}}, "ServeApp": NO_FACTORY}
 
 
 @pytest.fixture

@@ -106,8 +106,10 @@ def serve_state(serverapp: Any) -> tuple[ModelRegistry, Path]:
 
 
 def server_config(tmp_path: Path, **serve: Any) -> dict[str, Any]:
-    """A `jp_server_config` with jupyter_serve on, a private workdir, no snapshots, no spares."""
-    settings = {"workdir": str(tmp_path / "work"), "snapshots": False, "spare_workers": 0, **serve}
+    """A `jp_server_config` with jupyter_serve on, a private workdir, no snapshots, and
+    fresh workers (no worker factory)."""
+    settings = {"workdir": str(tmp_path / "work"), "snapshots": False, "fork_workers": False}
+    settings.update(serve)
     return {"ServerApp": {"jpserver_extensions": {"jupyter_serve": True}}, "ServeApp": settings}
 
 

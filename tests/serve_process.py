@@ -4,11 +4,11 @@
 and a private workdir/root, reads its stderr in a thread, and lets tests block
 until a log line appears (`wait_for`) instead of polling. `client()` is an httpx
 client for `{url}serve/` with the token. `worker_pids()` lists the server's
-worker subprocesses (children running `jupyter_serve.worker`, spares included),
-`spare_pids()` those started as spares (a spare keeps `--spare` in its command
-line once a model adopts it). Worker and spare output (the
+worker processes (descendants running `jupyter_serve.worker`: fresh workers, the
+worker factory and the workers it forked, which keep its command line),
+`factory_pids()` the factory itself. Worker and factory output (the
 `jupyter_serve.worker` logger) goes to the server's stderr, where `ServeApp` shows
-it by default, so tests can wait on worker events such as "Spare ready".
+it by default, so tests can wait on events such as "Worker factory ready".
 """
 
 from __future__ import annotations
@@ -123,15 +123,15 @@ class ServeProcess:
         return httpx.Client(base_url=f"{self.url}serve/", headers=headers, timeout=WAIT, **kw)
 
     def worker_pids(self) -> list[int]:
-        """Worker processes, spares included."""
-        return self._children("jupyter_serve.worker")
+        """Worker processes, forked or fresh, and the worker factory."""
+        return self._descendants("jupyter_serve.worker", recursive=True)
 
-    def spare_pids(self) -> list[int]:
-        """Workers started as spares (`--spare`), idle or adopted by a model since."""
-        return self._children("--spare")
+    def factory_pids(self) -> list[int]:
+        """The worker factory (its forked workers are its children, not the server's)."""
+        return self._descendants("jupyter_serve.worker.factory", recursive=False)
 
-    def _children(self, marker: str) -> list[int]:
-        children = psutil.Process(self.process.pid).children()
+    def _descendants(self, marker: str, *, recursive: bool) -> list[int]:
+        children = psutil.Process(self.process.pid).children(recursive=recursive)
         return sorted(c.pid for c in children if marker in " ".join(c.cmdline()))
 
     def send(self, signum: int = signal.SIGINT) -> None:

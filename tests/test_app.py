@@ -1,8 +1,8 @@
 """The server extension: enabled by default, routes under {base_url}serve/, auth everywhere.
 
-This module's server keeps one spare worker (`spare_workers=1`, the default) to
-show that a server serving no model starts none, and that `stop_extension`
-stops spares with the workers.
+This module's server forks its workers from the worker factory (`fork_workers`,
+the default) to show that a server serving no model starts no factory, and that
+`stop_extension` stops the factory with the workers.
 """
 
 from __future__ import annotations
@@ -22,13 +22,14 @@ from tornado.httpclient import HTTPClientError
 from tornado.httpserver import HTTPServer
 
 from jupyter_serve.app import WORKER_LOGGER, ServeApp, hide_worker_output, show_worker_output
+from jupyter_serve.pool.factory import FactoryState
 
 Fetch = Callable[..., Awaitable[Any]]
 
 
 @pytest.fixture
 def jp_server_config(tmp_path: Path) -> dict[str, Any]:
-    return server_config(tmp_path, spare_workers=1)
+    return server_config(tmp_path, fork_workers=True)
 
 
 def serve_app(serverapp: Any) -> ServeApp:
@@ -36,9 +37,10 @@ def serve_app(serverapp: Any) -> ServeApp:
     return app
 
 
-def spare_children() -> list[int]:
+def worker_children() -> list[int]:
+    """This process's worker processes: the factory, the workers it forked, fresh ones."""
     children = psutil.Process().children(recursive=True)
-    return [child.pid for child in children if "--spare" in child.cmdline()]
+    return [child.pid for child in children if "jupyter_serve.worker" in " ".join(child.cmdline())]
 
 
 async def test_ping_answers_healthy_with_the_token(jp_fetch: Fetch) -> None:
@@ -86,38 +88,34 @@ def test_extension_is_enabled_by_the_installed_config() -> None:
     assert "jupyter_serve 0.1.0" in output
 
 
-async def test_a_server_serving_no_model_starts_no_spare(
+async def test_a_server_serving_no_model_starts_no_factory(
     jp_fetch: Fetch, jp_serverapp: Any
 ) -> None:
     assert (await jp_fetch("serve", "models")).code == 200
-    assert serve_app(jp_serverapp).spare_workers == 1
-    assert (serve_app(jp_serverapp).spares.launched, spare_children()) == (0, [])
+    factory = serve_app(jp_serverapp).factory
+    assert (factory.state, factory.starts, worker_children()) == (FactoryState.IDLE, 0, [])
 
 
-async def test_a_new_worker_adopts_the_spare_and_stop_extension_stops_everything(
+async def test_workers_are_forked_and_stop_extension_stops_them_and_the_factory(
     jp_fetch: Fetch, jp_serverapp: Any
 ) -> None:
     app, (registry, _) = serve_app(jp_serverapp), serve_state(jp_serverapp)
-    await register(jp_serverapp, "first")  # starts cold, then the first spare starts
-    await app.spares.wait_until(lambda spares: len(spares.ready_pids) == 1)
-    [spare] = app.spares.ready_pids
-    await register(jp_serverapp, "second")
-    [described] = registry.describe("second")
-    assert [worker["pid"] for worker in described["workers"]] == [spare]
+    await register(jp_serverapp, "first")
+    await register(jp_serverapp, "second", workers=2)
+    workers = [
+        w["pid"] for name in ("first", "second") for w in registry.describe(name)[0]["workers"]
+    ]
+    assert {psutil.Process(pid).ppid() for pid in workers} == {app.factory.pid}
     raw = {"Content-Type": "application/octet-stream"}
     answer = await jp_fetch(
         "serve", "predictions", "second", method="POST", body=b"hi", headers=raw
     )
     assert (answer.code, answer.body) == (200, b"hi")
-
-    await app.spares.wait_until(lambda spares: len(spares.pids) == 1)  # the refill
-    workers = [
-        w["pid"] for name in ("first", "second") for w in registry.describe(name)[0]["workers"]
-    ]
-    running = [*workers, *app.spares.pids]
+    running = [*workers, app.factory.pid]
+    assert sorted(worker_children()) == sorted(running)
     await app.stop_extension()
-    assert not [pid for pid in running if psutil.pid_exists(pid)]
-    assert spare_children() == []
+    assert not [pid for pid in running if psutil.pid_exists(pid)]  # all reaped, none left
+    assert app.factory.state is FactoryState.STOPPED
 
 
 class _Collect(logging.Handler):

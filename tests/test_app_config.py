@@ -102,7 +102,7 @@ def serve_traits(
 def jp_server_config(serve_traits: dict[str, Any]) -> dict[str, Any]:
     return {
         "ServerApp": {"jpserver_extensions": {"jupyter_serve": True}},
-        "ServeApp": {"spare_workers": 0, **serve_traits},
+        "ServeApp": {"fork_workers": False, **serve_traits},
     }
 
 
@@ -255,7 +255,7 @@ class TestDefaultWorkdir:
     @pytest.fixture
     def jp_server_config(self) -> dict[str, Any]:
         return {"ServerApp": {"jpserver_extensions": {"jupyter_serve": True}},
-                "ServeApp": {"spare_workers": 0}}  # fmt: skip
+                "ServeApp": {"fork_workers": False}}  # fmt: skip
 
     def test_the_default_workdir_belongs_to_this_root(
         self, jp_serverapp: Any, jp_data_dir: Path, jp_root_dir: Path

@@ -59,7 +59,7 @@ def demo_server(tmp_path: Path) -> Iterator[ServeProcess]:
         server.kill()
 
 
-def test_jupyter_serve_demo_serves_and_ctrl_c_twice_leaves_no_worker_nor_spare(
+def test_jupyter_serve_demo_serves_and_ctrl_c_twice_leaves_no_worker_nor_factory(
     demo_server: ServeProcess, tmp_path: Path
 ) -> None:
     with demo_server.client() as client:
@@ -73,8 +73,8 @@ def test_jupyter_serve_demo_serves_and_ctrl_c_twice_leaves_no_worker_nor_spare(
     snapshot = json.loads((tmp_path / "work" / "snapshot.json").read_text())
     assert list(snapshot["models"]) == ["demo"]
     pids = demo_server.worker_pids()
-    spares = demo_server.spare_pids()
-    assert (len(pids), len(spares)) == (2, 1)  # the demo model's worker and the spare
+    factory = demo_server.factory_pids()
+    assert (len(pids), len(factory)) == (2, 1)  # the demo model's worker and its factory
     demo_server.send(signal.SIGINT)
     demo_server.send(signal.SIGINT)  # a second Ctrl-C must not cut the cleanup short
     assert demo_server.stop() == 0

@@ -3,8 +3,8 @@
 Written against TorchServe's documented routes and messages (contract §1): the
 management calls a TorchServe client makes, predictions with a raw, JSON and
 multipart body, concurrent clients that share batches, a worker killed while it
-holds a request, a new worker adopting the warm spare (`spare_workers` keeps its
-default of 1 here), and a restart that brings the models back from the snapshot.
+holds a request, workers forked from the worker factory (`fork_workers` keeps its
+default here), and a restart that brings the models back from the snapshot.
 The archives hold a small echo handler (no torch), so workers start at once.
 """
 
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 from mar_builder import build_handler_mar
 from serve_process import ServeProcess, alive
@@ -171,26 +172,29 @@ def test_worker_killed_mid_request_is_an_error_and_replaced(
     assert client.delete("models/echo").status_code == 200
 
 
-def test_a_registered_model_adopts_the_warm_spare(
+def test_registered_models_get_workers_forked_from_one_factory(
     server: ServeProcess, client: httpx.Client
 ) -> None:
     answer = register(client, "batcher.mar", initial_workers=1, synchronous="true")
     assert answer.status_code == 200, answer.text
-    [batcher] = [worker["pid"] for worker in client.get("models/batcher").json()[0]["workers"]]
-    # The idle spare: started, or refilled, when batcher's worker started (maybe adopting one).
-    [spare] = [pid for pid in server.spare_pids() if pid != batcher]
-    server.wait_for(f"Spare ready, pid {spare}")
-
-    assert register(client, "echo.mar", initial_workers=1, synchronous="true").status_code == 200
-    [described] = client.get("models/echo").json()
-    assert [worker["pid"] for worker in described["workers"]] == [spare]
+    assert register(client, "echo.mar", initial_workers=2, synchronous="true").status_code == 200
+    workers = [
+        worker["pid"]
+        for name in ("batcher", "echo")
+        for worker in client.get(f"models/{name}").json()[0]["workers"]
+    ]
+    [factory] = server.factory_pids()
+    assert {psutil.Process(pid).ppid() for pid in workers} == {factory}
     reply = client.post("predictions/echo", json={"ask": "batch"})
-    assert (reply.status_code, reply.json()) == (200, {"batch": 1, "pid": spare})
-    server.wait_for(f"Worker adopted a spare, pid {spare}")
+    assert reply.status_code == 200
+    assert reply.json()["pid"] in workers
+    for pid in workers:
+        server.wait_for(f"Worker forked, pid {pid}")
 
     assert client.delete("models/echo").status_code == 200
     assert client.delete("models/batcher").status_code == 200
-    assert alive([spare]) == []
+    assert alive(workers) == []
+    assert server.factory_pids() == [factory]  # it stays for the next worker
 
 
 def test_restart_restores_models_from_the_snapshot(tmp_path: Path) -> None:
@@ -211,7 +215,7 @@ def test_restart_restores_models_from_the_snapshot(tmp_path: Path) -> None:
             workers = [worker["pid"] for model in described for worker in model["workers"]]
             pids = first.worker_pids()
         assert set(workers) < set(pids)
-        assert len(pids) == 4  # three workers and the idle spare
+        assert len(pids) == 4  # three workers and the worker factory
         assert first.stop(signal.SIGTERM) == 0
         assert alive(pids) == []
     finally:

@@ -67,7 +67,7 @@ def heavy_modules_after(setup: str, watched: tuple[str, ...]) -> list[str]:
         pytest.param(
             "from jupyter_serve.worker import warm\nwarm.warm_up()",
             (*SERVER_SIDE, "traitlets"),
-            id="spare-after-its-warm-up",
+            id="factory-after-its-warm-up",
         ),
     ],
 )

@@ -630,7 +630,7 @@ class TestArchiveLimits:
         serve = {
             "workdir": str(tmp_path / "work"),
             "model_store": str(tmp_path / "store"),
-            "spare_workers": 0,
+            "fork_workers": False,
             "max_archive_bytes": 20_000,
             "max_archive_ratio": 0,
         }

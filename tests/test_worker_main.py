@@ -6,10 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from worker_harness import WorkerProcess, request, write_model
 
-from jupyter_serve.protocol import Frame, Kind, encode_infer, read_frame_sync, write_frame_sync
+from jupyter_serve.protocol import Frame, Kind, encode_infer, write_frame_sync
 
 ECHO = "def handle(data, context):\n    return data and [row['body'] for row in data]\n"
 
@@ -61,64 +60,3 @@ def test_fd_is_required() -> None:
     )
     assert done.returncode == 2
     assert "--fd" in done.stderr
-
-
-# ---- --spare: warm up first, take the model's settings from the load request ----------
-
-# Reports what the spare looked like when this module was imported, and since.
-SETTINGS_PROBE = """
-import os
-import sys
-
-import spare_dep
-
-TORCH_WAS_WARM = "torch" in sys.modules
-
-
-def handle(data, context):
-    if data is None:
-        return None
-    import torch
-
-    return [{
-        "dep": spare_dep.VALUE,
-        "torch_was_warm": TORCH_WAS_WARM,
-        "threads": torch.get_num_threads(),
-        "set": os.environ.get("JS_SPARE_SET"),
-        "gone": os.environ.get("JS_SPARE_GONE"),
-        "deps_at": sys.path.index(os.environ["JS_DEPS"]),
-        "package_at": sys.path.index(os.environ["JS_ROOT"]),
-    }]
-"""
-PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
-
-
-def test_a_spare_announces_itself_then_loads_with_the_settings_of_the_load_request(
-    tmp_path: Path,
-) -> None:
-    pytest.importorskip("torch")
-    deps = write_model(tmp_path / "deps", {"spare_dep.py": "VALUE = 'from deps'\n"})
-    folder = write_model(tmp_path / "probe", {"probe.py": SETTINGS_PROBE})
-    env = {"JS_SPARE_GONE": "still here", "PYTHONPATH": PACKAGE_ROOT}
-    with WorkerProcess("--spare", env=env) as worker:
-        hello = read_frame_sync(worker.sock)
-        assert hello is not None
-        assert (hello.kind, hello.header["message"]) == (Kind.RESULT, "spare")
-        assert hello.header["pid"] == worker.process.pid
-        assert {"torch", "jupyter_serve"} <= set(hello.header["modules"])
-        changes = {
-            "JS_SPARE_SET": "yes", "JS_SPARE_GONE": None,
-            "JS_DEPS": str(deps), "JS_ROOT": PACKAGE_ROOT,
-        }  # fmt: skip
-        loaded = worker.load(folder, "probe", sys_path=[str(deps)], env=changes, torch_threads=3)
-        assert loaded.kind is Kind.RESULT, worker.errors()
-        [answer] = worker.json_bodies(request())
-    assert answer["deps_at"] > answer["package_at"]  # where PYTHONPATH would have put it
-    assert {key: answer[key] for key in ("dep", "torch_was_warm", "threads", "set", "gone")} == {
-        "dep": "from deps", "torch_was_warm": True, "threads": 3, "set": "yes", "gone": None,
-    }  # fmt: skip
-
-
-def test_a_spare_whose_server_hangs_up_exits_0() -> None:
-    with WorkerProcess("--spare") as worker:
-        assert worker.close() == 0

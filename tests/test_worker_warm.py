@@ -1,8 +1,8 @@
-"""jupyter_serve.worker.warm: the settings a spare takes from its load request, in-process.
+"""jupyter_serve.worker.warm: the settings a forked worker takes from its load request.
 
 `sys.path`, `os.environ` and `sys.modules["torch"]` are swapped by monkeypatch
-(a fake torch that records calls), so nothing leaks out of a test. The spare's
-warm-up itself runs in a real worker process (test_worker_main.py).
+(a fake torch that records calls), so nothing leaks out of a test. The factory's
+warm-up itself runs in a real factory process (test_worker_factory.py).
 """
 
 from __future__ import annotations

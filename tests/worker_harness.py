@@ -1,8 +1,9 @@
 """A small synchronous driver for real worker processes, shared by the worker tests.
 
 `WorkerProcess` starts ``python -m jupyter_serve.worker --fd N`` on one end of a
-socketpair and exchanges frames with it; `write_model` writes a model directory
-(handler files plus an optional manifest).
+socketpair and exchanges frames with it (`WorkerConnection`: the frames over any
+connected worker socket, a forked worker's too); `write_model` writes a model
+directory (handler files plus an optional manifest).
 """
 
 from __future__ import annotations
@@ -65,25 +66,13 @@ def request(
     return InferenceRequest(request_id, dict(headers or {}), (Parameter(name, content_type, raw),))
 
 
-class WorkerProcess:
-    """One worker subprocess and the parent's end of its socket."""
+class WorkerConnection:
+    """The parent's end of a worker's socket (`sock`): frames out, frames in."""
 
-    def __init__(self, *extra_args: str, env: Mapping[str, str] | None = None) -> None:
-        parent, child = socket.socketpair()
-        # The worker's log output; both files are closed by __exit__.
-        self.stdout = tempfile.TemporaryFile()  # noqa: SIM115
-        self.stderr = tempfile.TemporaryFile()  # noqa: SIM115
-        argv = [sys.executable, "-m", "jupyter_serve.worker", "--fd", str(child.fileno())]
-        self.process = subprocess.Popen(
-            [*argv, *extra_args],
-            pass_fds=[child.fileno()],
-            stdout=self.stdout,
-            stderr=self.stderr,
-            env=None if env is None else {**os.environ, **env},
-        )
-        child.close()
-        parent.settimeout(SAFETY_TIMEOUT)
-        self.sock = parent
+    sock: socket.socket
+
+    def errors(self) -> str:
+        return "(output not captured)"
 
     def exchange(self, frame: Frame) -> Frame:
         write_frame_sync(self.sock, frame)
@@ -116,6 +105,27 @@ class WorkerProcess:
 
     def json_bodies(self, *requests: InferenceRequest) -> list[Any]:
         return [json.loads(r.body) for r in self.results(*requests)]
+
+
+class WorkerProcess(WorkerConnection):
+    """One worker subprocess and the parent's end of its socket."""
+
+    def __init__(self, *extra_args: str, env: Mapping[str, str] | None = None) -> None:
+        parent, child = socket.socketpair()
+        # The worker's log output; both files are closed by __exit__.
+        self.stdout = tempfile.TemporaryFile()  # noqa: SIM115
+        self.stderr = tempfile.TemporaryFile()  # noqa: SIM115
+        argv = [sys.executable, "-m", "jupyter_serve.worker", "--fd", str(child.fileno())]
+        self.process = subprocess.Popen(
+            [*argv, *extra_args],
+            pass_fds=[child.fileno()],
+            stdout=self.stdout,
+            stderr=self.stderr,
+            env=None if env is None else {**os.environ, **env},
+        )
+        child.close()
+        parent.settimeout(SAFETY_TIMEOUT)
+        self.sock = parent
 
     def close(self) -> int:
         """Close our end (EOF for the worker) and wait for its exit status."""

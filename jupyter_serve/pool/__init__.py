@@ -6,8 +6,9 @@
 * `pool.WorkerPool`: keeps N of them alive (backoff restarts, GPU round-robin) and
   runs one dispatch loop per ready worker.
 * `delivery`: the worker's answers (results, streamed chunks, errors) to the waiting requests.
-* `spares.SparePool`: one per server, a few idle workers with torch already imported
-  that new workers of any model adopt instead of starting cold.
+* `factory.WorkerFactory`: one per server, the worker factory (a warm interpreter with
+  torch imported) that forks new workers of any model instead of starting them cold;
+  `forked.ForkedChild` is one such worker's pid, output and exit.
 * `errors`: `WorkerLoadError`, `WorkerDied`, `BatchFailed`.
 * `logs.WorkerLog`: worker output to logging and a ring buffer for `%serve logs`.
 * `stats`: resident memory of a worker and TorchServe's date format, for describe.
@@ -18,9 +19,9 @@ Runs in the Jupyter server process: asyncio only, never torch or tornado.
 from __future__ import annotations
 
 from .errors import BatchFailed, WorkerDied, WorkerLoadError
+from .factory import WorkerFactory
 from .logs import WorkerLog
 from .pool import BACKOFF, MetricsCallback, ScaleResult, WorkerPool
-from .spares import SparePool
 from .worker import SubprocessWorker, WorkerReply, WorkerState
 
 __all__ = [
@@ -28,9 +29,9 @@ __all__ = [
     "BatchFailed",
     "MetricsCallback",
     "ScaleResult",
-    "SparePool",
     "SubprocessWorker",
     "WorkerDied",
+    "WorkerFactory",
     "WorkerLoadError",
     "WorkerLog",
     "WorkerPool",

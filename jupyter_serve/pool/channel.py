@@ -63,7 +63,7 @@ class Channel:
         return reply
 
     async def read_frame(self) -> Frame:
-        """The next frame the worker sends, whatever its kind (a spare's hello)."""
+        """The next frame the worker sends, whatever its kind."""
         try:
             frame = await protocol.read_frame(self._reader)
         except (OSError, protocol.ProtocolError) as exc:

@@ -40,7 +40,7 @@ from .worker import SubprocessWorker, WorkerReply, WorkerState
 
 if TYPE_CHECKING:
     from ..models import ModelSpec
-    from .spares import SparePool
+    from .factory import WorkerFactory
 
 __all__ = ["BACKOFF", "MetricsCallback", "ScaleResult", "WorkerPool"]
 
@@ -98,7 +98,7 @@ class WorkerPool:
         log_buffer: the ring buffer for the model's worker output (kept across pools).
         gpu_count: how many GPUs are visible (asked once, when the first worker starts).
         stop_grace: seconds between SIGTERM and SIGKILL when stopping a worker.
-        spares: the server's warm spare workers, which new workers adopt when they fit.
+        factory: the server's worker factory, which forks new workers when it can.
     """
 
     def __init__(
@@ -112,7 +112,7 @@ class WorkerPool:
         log_buffer: deque[str] | None = None,
         gpu_count: Callable[[], int] = devices.gpu_count,
         stop_grace: float = 5.0,
-        spares: SparePool | None = None,
+        factory: WorkerFactory | None = None,
     ) -> None:
         self.spec = spec
         self.batcher = batcher
@@ -125,7 +125,7 @@ class WorkerPool:
         self._gpu_count = gpu_count
         self._visible: int | None = None
         self._stop_grace = stop_grace
-        self._spares = spares
+        self._factory = factory
         self._slots: list[_Slot] = []
         self._retired: set[_Slot] = set()
         self._changed = asyncio.Event()
@@ -292,7 +292,7 @@ class WorkerPool:
             env=devices.worker_env(slot.gpu_id, gpus=self._visible),
             torch_threads=self.spec.torch_threads or cpu_threads_per_worker(len(self._slots)),
             on_exit=lambda exited: self._worker_exited(slot, exited),
-            spares=self._spares,
+            factory=self._factory,
         )
         slot.worker = worker
         try:

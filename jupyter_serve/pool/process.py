@@ -1,17 +1,18 @@
-"""`WorkerProcess`: one launched worker interpreter, its socket, its output and its exit.
+"""`WorkerProcess`: one worker process, its socket, its output and its exit.
 
-A worker process is `<python> -m jupyter_serve.worker --fd N [args]`: a fresh
+A launched worker is `<python> -m jupyter_serve.worker --fd N [args]`: a fresh
 interpreter talking jupyter_serve.protocol over one end of a
 `socket.socketpair()` passed with `pass_fds`, in its own session (process
-group), so stopping it also stops whatever processes its handler started.
+group), so stopping it also stops whatever processes its handler started. A
+forked worker (the worker factory's child, `forked.ForkedChild`) is the same
+from here on: its own session, the same socket and output pipes.
 
 This module knows processes, not models: `SubprocessWorker` (worker.py) drives
-the protocol on top of it, and `SparePool` (spares.py) keeps a few launched
-before any model needs them. Output lines go to a `WorkerLog` under a label
-that can change once (a spare's ``[spare/9003]`` becomes its model's).
-`worker_environment` is the environment a worker of a model gets (with
-`cpu_threads_per_worker` sizing its thread pools); `env_changes` is what a
-spare launched with another environment must change to match it.
+the protocol on top of it, and `WorkerFactory` (factory.py) forks workers from a
+warm interpreter. Output lines go to a `WorkerLog` under the worker's label.
+`worker_environment` is the environment a worker of a model
+gets (with `cpu_threads_per_worker` sizing its thread pools); `env_changes` is
+what a worker forked with the factory's environment must change to match it.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import socket
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
+from typing import Protocol
 
 from ..protocol import Frame
 from .channel import Channel, ChunkCallback
@@ -32,6 +34,7 @@ from .logs import WorkerLog, pump_lines
 from .stats import rss_bytes
 
 __all__ = [
+    "ProcessHandle",
     "WorkerProcess",
     "cpu_threads_per_worker",
     "env_changes",
@@ -104,6 +107,21 @@ def cpu_threads_per_worker(workers: int, cores: int | None = None) -> int:
     return max(1, available // max(1, workers))
 
 
+class ProcessHandle(Protocol):
+    """What `WorkerProcess` needs of a process: `asyncio.subprocess.Process` has it."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    stdout: asyncio.StreamReader | None
+    stderr: asyncio.StreamReader | None
+
+    async def wait(self) -> int: ...
+
+
 def env_changes(current: Mapping[str, str], wanted: Mapping[str, str]) -> dict[str, str | None]:
     """What turns `current` into `wanted`: new or changed values, None for a removed name."""
     changes: dict[str, str | None] = {
@@ -114,7 +132,7 @@ def env_changes(current: Mapping[str, str], wanted: Mapping[str, str]) -> dict[s
 
 
 class WorkerProcess:
-    """A running worker interpreter (make one with `launch`).
+    """A running worker process (launch one with `launch`; the factory forks others).
 
     Attributes:
         pid, start_time, env: the process id, when it was launched, its environment.
@@ -126,11 +144,12 @@ class WorkerProcess:
 
     def __init__(
         self,
-        process: asyncio.subprocess.Process,
+        process: ProcessHandle,
         connection: tuple[asyncio.StreamReader, asyncio.StreamWriter],
         env: Mapping[str, str],
         log: WorkerLog,
         label: str,
+        on_reaped: Callable[[], None] | None = None,
     ) -> None:
         self.pid = process.pid
         self.start_time = datetime.now(timezone.utc)
@@ -142,6 +161,7 @@ class WorkerProcess:
         self._process = process
         self._channel = Channel(*connection)
         self._log, self._label = log, label
+        self._on_reaped = on_reaped
         self._tasks = [*self._pumps(process), asyncio.ensure_future(self._wait_exit())]
 
     @classmethod
@@ -186,15 +206,11 @@ class WorkerProcess:
         """Running, as far as the event loop knows, with its socket still open."""
         return self.returncode is None and not self._channel.at_eof()
 
-    def relabel(self, log: WorkerLog, label: str) -> None:
-        """Send the output from now on to `log` under `label` (a spare adopted by a model)."""
-        self._log, self._label = log, label
-
     def note(self, text: str, level: int = logging.INFO) -> None:
         """One line of this process's log, under its current label."""
         self._log.emit(self._label, text, level)
 
-    def _pumps(self, process: asyncio.subprocess.Process) -> list[asyncio.Task[None]]:
+    def _pumps(self, process: ProcessHandle) -> list[asyncio.Task[None]]:
         assert process.stdout is not None
         assert process.stderr is not None
         streams = ((process.stdout, logging.INFO), (process.stderr, logging.WARNING))
@@ -225,10 +241,6 @@ class WorkerProcess:
         """
         return await self._channel.exchange(data, on_chunk)
 
-    async def read_frame(self) -> Frame:
-        """The next frame the worker sends (Disconnected at EOF or on garbage)."""
-        return await self._channel.read_frame()
-
     async def exit_code(self) -> int | None:
         """The exit code once the process ended; kill it if it lingers without its socket."""
         try:
@@ -243,10 +255,13 @@ class WorkerProcess:
 
     def signal(self, signum: int) -> None:
         """Send `signum` to the process group (nothing once the process exited)."""
-        if self._process.returncode is not None:
+        if self._process.returncode is not None or self.exited.is_set():
             return
-        with contextlib.suppress(ProcessLookupError):
+        try:
             os.killpg(self._process.pid, signum)  # its own session: the pgid is its pid
+        except ProcessLookupError:  # a forked worker not yet in its own session
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._process.pid, signum)
 
     async def stop(self, grace: float = 5.0) -> None:
         """Close the socket, SIGTERM, SIGKILL after `grace` s; return once all is reaped.
@@ -281,6 +296,8 @@ class WorkerProcess:
         for task in lingering:
             task.cancel()
         await asyncio.gather(*lingering, return_exceptions=True)
+        if self._on_reaped is not None:
+            self._on_reaped()
 
     def memory_usage(self) -> int:
         """Resident set size in bytes (0 once the process is gone)."""

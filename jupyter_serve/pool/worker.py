@@ -2,14 +2,13 @@
 
 The process itself (`<python> -m jupyter_serve.worker --fd N`, its socket, its
 output, signals and reaping) is a `process.WorkerProcess`; this class speaks the
-protocol over it and keeps the worker's state. `start()` adopts a warm process
-from the server's `SparePool` when it has a ready spare for this worker's
-command, else launches a fresh one. Either way the `L` frame carries what
+protocol over it and keeps the worker's state. `start()` has the server's
+`WorkerFactory` fork the process when it can (factory.py says when it cannot),
+else launches a fresh interpreter. Either way the `L` frame carries what
 differs per worker and must be in place before the handler is imported: the
 model's `python_path` (`sys_path`), the environment a fresh process would have
 been launched with (`env`, as changes: none for a fresh one) and the torch
-thread count (`torch_threads`). An adopted worker's pid and start time are the
-spare's.
+thread count (`torch_threads`).
 
 States::
 
@@ -43,7 +42,7 @@ from .stats import torchserve_time
 
 if TYPE_CHECKING:
     from ..models import ModelSpec
-    from .spares import SparePool
+    from .factory import WorkerFactory
 
 __all__ = ["SubprocessWorker", "WorkerReply", "WorkerState", "next_worker_id"]
 
@@ -84,8 +83,7 @@ class SubprocessWorker:
         env: extra environment (devices.worker_env) over the server's.
         on_exit: called once with this worker when its process has exited.
         torch_threads: torch threads of the worker (default `spec.torch_threads`).
-        spares: the server's spare workers, adopted instead of a launch when one fits.
-        torch_threads: torch threads of the worker (default `spec.torch_threads`).
+        factory: the server's worker factory, asked to fork the process first.
     """
 
     def __init__(
@@ -98,7 +96,7 @@ class SubprocessWorker:
         env: Mapping[str, str] | None = None,
         on_exit: Callable[[SubprocessWorker], None] | None = None,
         torch_threads: int | None = None,
-        spares: SparePool | None = None,
+        factory: WorkerFactory | None = None,
     ) -> None:
         self.spec = spec
         self.torch_threads = torch_threads or spec.torch_threads
@@ -107,12 +105,12 @@ class SubprocessWorker:
         self.state = WorkerState.STARTING
         self.pid: int | None = None
         self.start_time = datetime.now(timezone.utc)  # the process's, once there is one
-        self.adopted = False  # the process was a spare
+        self.forked = False  # the process came from the worker factory
         self._command = list(command)
         self._log = log
         self._extra_env = dict(env or {})
         self._on_exit = on_exit
-        self._spares = spares
+        self._factory = factory
         self._process: WorkerProcess | None = None
         self._killed = False
 
@@ -134,21 +132,21 @@ class SubprocessWorker:
     # ---- start and load ------------------------------------------------------
 
     async def start(self) -> None:
-        """Adopt a spare or launch a process, then load the model; READY on return.
+        """Fork or launch the process, then load the model; READY on return.
 
         Raises:
             WorkerLoadError: no `R(200)` within `spec.startup_timeout` (E frame, exit, timeout).
         """
         env = worker_environment(self.spec.python_path, self.torch_threads, self._extra_env)
-        spare = self._take_spare()
-        process = spare or await self._launch(env)
-        self._attach(process, adopted=spare is not None)
+        forked = await self._fork()
+        process = forked or await self._launch(env)
+        self._attach(process, forked=forked is not None)
         await self._load(env_changes(process.env, env))
 
-    def _take_spare(self) -> WorkerProcess | None:
-        if self._spares is None:
+    async def _fork(self) -> WorkerProcess | None:
+        if self._factory is None:
             return None
-        return self._spares.take(self._command, self.spec.python_path)
+        return await self._factory.fork(self._command, self.spec.python_path, self._log, self.id)
 
     async def _launch(self, env: dict[str, str]) -> WorkerProcess:
         args = ["--torch-threads", str(self.torch_threads)] if self.torch_threads else []
@@ -158,12 +156,11 @@ class SubprocessWorker:
             self.state = WorkerState.DEAD
             raise WorkerLoadError(f"Cannot start worker {self._command!r}: {exc}") from exc
 
-    def _attach(self, process: WorkerProcess, *, adopted: bool) -> None:
+    def _attach(self, process: WorkerProcess, *, forked: bool) -> None:
         self._process, self.pid, self.start_time = process, process.pid, process.start_time
-        self.adopted = adopted
-        process.relabel(self._log, self.id)
+        self.forked = forked
         process.on_exit = self._process_exited
-        how = "adopted a spare" if adopted else "started"
+        how = "forked" if forked else "started"
         self._note(f"Worker {how}, pid {self.pid}, gpu {self.gpu_id}")
 
     def _process_exited(self, process: WorkerProcess) -> None:

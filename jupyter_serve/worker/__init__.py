@@ -10,11 +10,12 @@ Run as ``python -m jupyter_serve.worker --fd N`` (see `__main__`). The modules:
                a request that cannot be decoded is answered alone with 400
 * `outputs`  - handler output items into response bodies
 * `failures` - exceptions into `E` frames or per-request error results (status by type)
-* `warm`     - a spare's warm-up, and the per-worker settings of the `L` frame
+* `factory`  - the worker factory: a warm interpreter that forks new workers
+* `warm`     - the factory's warm-up, and the per-worker settings of the `L` frame
 * `compat/`  - tiny `ts` and `mms` packages for handlers written for TorchServe or MMS
 
 Nothing here imports tornado or jupyter_server, nor torch at import: a handler
-imports torch when it needs it, and a spare (`--spare`) imports it ahead of its
+imports torch when it needs it, and the worker factory imports it ahead of its
 model. This package's `__init__` imports nothing on purpose.
 """
 

@@ -1,12 +1,11 @@
-"""``python -m jupyter_serve.worker --fd N [--torch-threads K] [--spare]``: one model's worker.
+"""``python -m jupyter_serve.worker --fd N [--torch-threads K]``: one model's worker.
 
 `N` is an inherited, connected AF_UNIX stream socket (one end of a socketpair
 passed with `pass_fds`). stdout and stderr carry only log text; frames travel on
 the socket. Exit status: 0 on EOF, 1 after a failed load, 2 on a protocol error.
 
-With `--spare` the worker is started before its model is known: it imports
-torch and the handler runtime first, sends one ``R {"message": "spare"}`` frame,
-then waits for its `L` frame as any worker does (see `warm`).
+`run` is the whole worker once its socket is there: a worker forked by the
+worker factory (`factory`) calls it too, so both kinds serve alike.
 """
 
 from __future__ import annotations
@@ -16,8 +15,8 @@ import logging
 import socket
 import sys
 
-from ..protocol import ProtocolError, write_frame_sync
-from . import compat, warm
+from ..protocol import ProtocolError
+from . import compat
 from .service import ModelService, serve
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -32,37 +31,25 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="torch.set_num_threads(K) after load, if the handler imported torch",
     )
-    p.add_argument(
-        "--spare",
-        action="store_true",
-        help="import torch and the handler runtime now, say so, then wait for the load request",
-    )
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    return run(args.fd, args.torch_threads)
+
+
+def run(fd: int, torch_threads: int | None = None) -> int:
+    """Serve one model over the connected socket `fd` until EOF; the exit status."""
     _setup_output()
     compat.install()
-    service = ModelService(torch_threads=args.torch_threads, chdir=True)
-    with socket.socket(fileno=args.fd) as sock:
+    service = ModelService(torch_threads=torch_threads, chdir=True)
+    with socket.socket(fileno=fd) as sock:
         try:
-            if args.spare and not _announce(sock):
-                return 0
             return serve(sock, service)
         except ProtocolError as exc:
             print(f"jupyter_serve worker: protocol error: {exc}", file=sys.stderr, flush=True)
             return 2
-
-
-def _announce(sock: socket.socket) -> bool:
-    """Warm up and tell the server; False if it hung up meanwhile (nothing to serve)."""
-    hello = warm.warm_up()
-    try:
-        write_frame_sync(sock, hello)
-    except OSError:
-        return False
-    return True
 
 
 def _setup_output() -> None:

@@ -14,7 +14,7 @@ before the handler is imported, as TorchServe's worker does.
 
 `sys_path`, `env` and `torch_threads` are what a worker launched for this
 model would have got at launch; they are applied before the handler is
-imported (see `warm`), which is what lets a spare started earlier serve it.
+imported (see `warm`), which is what lets a worker forked from the factory serve it.
 
 A loaded model answers ``R {"status": 200, "message": "loaded", "pid", "metrics"}``
 (`metrics`: what the handler's `initialize` emitted); a failed

@@ -1,21 +1,20 @@
-"""A spare worker's warm-up, and the per-worker settings every `L` frame carries.
+"""The worker factory's warm-up, and the per-worker settings every `L` frame carries.
 
-A spare (``python -m jupyter_serve.worker --fd N --spare``) starts before any
-model needs it. `warm_up()` imports torch (when it is installed; without it the
-spare just waits) and the built-in handler runtime, then the spare tells the
-server with ``R {"status": 200, "message": "spare", "pid", "modules"}``
-(`modules`: the top-level packages now imported, which a model's own
-dependencies could no longer replace) and waits for its `L` frame.
+The worker factory (`factory`) imports torch (when it is installed) and the
+built-in handler runtime with `warm_up()` before it forks any worker, and tells
+the server which top-level packages it now holds (`imported_packages`: a
+model's own dependencies could no longer replace them in a forked worker).
 
-`apply_settings` then makes it the worker a fresh launch would have been,
-before the handler module is imported: the `L` frame's `sys_path` entries go
-where `PYTHONPATH` would have put them (right after this package's folder), its
-`env` changes go to `os.environ` (None removes a name; `CUDA_VISIBLE_DEVICES`
-still works because torch initialises CUDA lazily), and `torch_threads` goes to
-`torch.set_num_threads` when torch is imported (OpenMP and MKL read their
-variables when torch loads, so only the call reaches a warm torch; a BLAS pool
-that numpy sized when torch imported it keeps its size). For a fresh worker,
-whose launch already applied all of it, these are no-ops.
+`apply_settings` then makes a forked worker the worker a fresh launch would
+have been, before the handler module is imported: the `L` frame's `sys_path`
+entries go where `PYTHONPATH` would have put them (right after this package's
+folder), its `env` changes go to `os.environ` (None removes a name;
+`CUDA_VISIBLE_DEVICES` still works because torch initialises CUDA lazily and the
+factory never does), and `torch_threads` goes to `torch.set_num_threads` when
+torch is imported (OpenMP and MKL read their variables when torch loads, so only
+the call reaches a warm torch; their pools start in the worker, on its first
+parallel op). For a fresh worker, whose launch already applied all of it, these
+are no-ops.
 """
 
 from __future__ import annotations
@@ -27,21 +26,19 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ..protocol import Frame, Kind
-
 __all__ = ["WARM_MODULES", "apply_settings", "imported_packages", "set_torch_threads", "warm_up"]
 
-WARM_MODULES = ("torch", "jupyter_serve.handlers.base")
+# torch, the default handlers' base and the worker's own loop (`__main__.run`).
+WARM_MODULES = ("torch", "jupyter_serve.handlers.base", "jupyter_serve.worker.__main__")
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding jupyter_serve
 
 
-def warm_up() -> Frame:
-    """Import what most handlers need; the frame a spare sends once it is done."""
+def warm_up() -> list[str]:
+    """Import what most handlers need; the top-level packages imported now."""
     for name in WARM_MODULES:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
-    header = {"status": 200, "message": "spare", "pid": os.getpid()}
-    return Frame(Kind.RESULT, {**header, "modules": imported_packages()})
+    return imported_packages()
 
 
 def imported_packages() -> list[str]:
