@@ -24,7 +24,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from serve_process import TOKEN, ServeProcess
+import pytest
+from serve_process import TOKEN, ServeProcess, jupyter_command
 
 from jupyter_serve.archive import ArchiveSpec, build_mar
 from jupyter_serve.demo import HANDLER_SOURCE, build_demo
@@ -59,6 +60,18 @@ def handle(data, context):
     return [MAP if asked else {"bytes": len(row.get("body") or b"")}
             for asked, row in zip(explaining, data)]
 """
+
+
+@pytest.fixture(autouse=True)
+def jp_asyncio_loop() -> None:
+    """No pytest-jupyter event loop in the browser tests (their modules import this
+    fixture): the server is a subprocess, and playwright's sync API runs its own loop,
+    which pytest-jupyter's teardown would find running."""
+
+
+@pytest.fixture(autouse=True)
+def jp_server_cleanup() -> None:
+    """Nothing in-process to clean up (see `jp_asyncio_loop`)."""
 
 
 def lab_settings(root: Path) -> Path:
@@ -105,7 +118,7 @@ class LabServer(ServeProcess):
         ]
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             args.append("--allow-root")  # CI and these machines run as root
-        super().__init__(root, args, app="lab")
+        super().__init__(root, args, command=[*jupyter_command(), "lab"])
         self.root = root
         self.store = store
         self.lab_url = f"{self.url.rstrip('/')}{BASE_URL}"
@@ -137,7 +150,7 @@ def chromium() -> Iterator[Any]:
 class Lab:
     """One JupyterLab page and the steps the tests share."""
 
-    def __init__(self, page: Any, server: LabServer) -> None:
+    def __init__(self, page: Any, server: ServeProcess) -> None:
         self.page = page
         self.server = server
         self.console_errors: list[str] = []
@@ -148,9 +161,9 @@ class Lab:
         if message.type == "error":
             self.console_errors.append(message.text)
 
-    def open(self, path: str = "lab") -> None:
+    def open(self, path: str = "lab", base_url: str = BASE_URL) -> None:
         """Log in through `?token=` (the cookie), then load `path`."""
-        self.page.goto(f"{self.server.lab_url}{path}?token={TOKEN}")
+        self.page.goto(f"{self.server.url.rstrip('/')}{base_url}{path}?token={TOKEN}")
         self.page.locator("#jp-main-dock-panel").wait_for()
 
     def open_panel(self) -> Any:

@@ -21,7 +21,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,17 +51,22 @@ class ServeProcess:
     """One `jupyter serve` subprocess."""
 
     def __init__(
-        self, root: Path, args: Sequence[str] = (), workdir: Path | None = None, app: str = "serve"
+        self,
+        root: Path,
+        args: Sequence[str] = (),
+        workdir: Path | None = None,
+        command: Sequence[str] | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
-        """`app` is the `jupyter` subcommand: `serve`, or `lab` (JupyterLab with jupyter_serve
-        enabled by its config file, as a user runs it; test_labextension.py)."""
+        """`command` runs the server (default: this environment's `jupyter serve`; the
+        panel's tests run `jupyter lab`, the Binder check `binder/start jupyter lab` of
+        another environment); `env` adds variables to this process's."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
         self.lines: list[str] = []
         self._changed = threading.Condition()
         argv = [
-            *jupyter_command(),
-            app,
+            *(command or [*jupyter_command(), "serve"]),
             f"--port={self.port}",
             "--ip=127.0.0.1",
             f"--IdentityProvider.token={TOKEN}",
@@ -77,6 +82,7 @@ class ServeProcess:
             "JUPYTER_CONFIG_DIR": str(config_dir),
             "JUPYTER_DATA_DIR": str(root / ".jupyter-data"),
             "JUPYTER_RUNTIME_DIR": str(root / ".jupyter-runtime"),
+            **(env or {}),
         }
         self.process = subprocess.Popen(
             argv, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lab_browser import (
+from lab_browser import (  # jp_*: pytest-jupyter's loop fixtures, switched off here
     BASE_URL,
     HEAT_HANDLER,
     PRINTING_HANDLER,
@@ -29,6 +29,8 @@ from lab_browser import (
     LabServer,
     build_archive,
     chromium,
+    jp_asyncio_loop,  # noqa: F401
+    jp_server_cleanup,  # noqa: F401
 )
 from PIL import Image
 from serve_process import TOKEN
@@ -43,17 +45,6 @@ pytestmark = pytest.mark.skipif(
 )
 IRIS = "[6.5, 3.0, 5.8, 2.2]"
 NO_FIGURE = "\u2013"  # the panel's dash before a model's first request
-
-
-@pytest.fixture(autouse=True)
-def jp_asyncio_loop() -> None:
-    """No pytest-jupyter event loop here: the server is a subprocess, and playwright's sync
-    API runs its own loop, which pytest-jupyter's would find running at teardown."""
-
-
-@pytest.fixture(autouse=True)
-def jp_server_cleanup() -> None:
-    """Nothing in-process to clean up (see `jp_asyncio_loop`)."""
 
 
 @pytest.fixture(scope="module")

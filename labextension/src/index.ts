@@ -95,6 +95,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
           apply();
           settings.changed.connect(apply);
           model.start();
+          if (settings.get('openOnStart').composite === true) {
+            void app.restored.then(() => app.shell.activateById(PANEL_ID));
+          }
         },
         () => model.start()
       );
