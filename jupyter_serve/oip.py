@@ -3,11 +3,20 @@
 Stdlib only: the server's KServe routes (`routes/kserve.py`) and the workers'
 `kservev2` request envelope (`handlers/envelopes.py`) both turn handler outputs
 into v2 tensors with these.
+
+The binary tensor extension (Triton's `binary_data` HTTP extension, which KServe's
+Python server also speaks, and `tritonclient.http` uses by default): a request
+whose `Inference-Header-Content-Length` header says how many bytes of the body are
+its JSON carries the data of inputs with a `binary_data_size` parameter after it,
+in input order, little-endian; BYTES elements are each a 4-byte length and the
+bytes. Outputs go binary when the request asks (`binary_data_output: true` in its
+parameters, or `binary_data: true` in a requested output's), the same way round.
 """
 
 from __future__ import annotations
 
 import json
+import struct
 from typing import Any
 
 
@@ -46,3 +55,133 @@ def typed_data(values: list[Any]) -> tuple[str, list[Any]]:
     if scalar:
         return datatype(values), values
     return "BYTES", [v if isinstance(v, str) else json.dumps(v) for v in values]
+
+
+# ---- the binary tensor extension (Triton's and KServe's HTTP/REST binary data) ----
+
+BINARY_HEADER = "Inference-Header-Content-Length"
+BINARY_TYPE = "application/octet-stream"
+# little-endian struct formats of the fixed-size datatypes (BF16: the top half of an FP32)
+ELEMENT_FORMATS = {
+    "BOOL": "?", "UINT8": "B", "UINT16": "H", "UINT32": "I", "UINT64": "Q", "INT8": "b",
+    "INT16": "h", "INT32": "i", "INT64": "q", "FP16": "e", "FP32": "f", "FP64": "d", "BF16": "H",
+}  # fmt: skip
+
+
+class BinaryDataError(ValueError):
+    """A request's binary tensor data does not match its JSON header."""
+
+
+def read_binary_request(body: bytes, header_length: str) -> dict[str, Any]:
+    """The inference request of a body whose first `header_length` bytes are its JSON and
+    the rest the data of the inputs with a `binary_data_size` parameter, in input order.
+
+    Those inputs get their elements as `data`: numbers (booleans) for fixed-size
+    datatypes, `bytes` for BYTES (each element is a 4-byte little-endian length, then
+    that many bytes). Raises `BinaryDataError` (or `ValueError`) for any mismatch.
+    """
+    size = int(header_length.strip()) if header_length.strip().isdigit() else -1
+    if not 0 <= size <= len(body):
+        raise BinaryDataError(f"{BINARY_HEADER} must be between 0 and the body's length.")
+    request = json.loads(body[:size])
+    if not isinstance(request, dict) or not isinstance(request.get("inputs"), list):
+        raise BinaryDataError('The JSON header must be an object with an "inputs" list.')
+    data, offset = memoryview(body)[size:], 0
+    for tensor in request["inputs"]:
+        length = _binary_size(tensor)
+        if length is None:
+            continue
+        if offset + length > len(data):
+            raise BinaryDataError(
+                f"Input {tensor.get('name')}: binary_data_size runs past the body."
+            )
+        tensor["data"] = decode_elements(
+            str(tensor.get("datatype")), data[offset : offset + length]
+        )
+        offset += length
+    if offset != len(data):
+        raise BinaryDataError(f"{len(data) - offset} bytes of binary data belong to no input.")
+    return request
+
+
+def _binary_size(tensor: Any) -> int | None:
+    """An input's `binary_data_size` parameter: None without one, else a size in bytes."""
+    params = tensor.get("parameters", {}) if isinstance(tensor, dict) else None
+    params = {} if params is None and isinstance(tensor, dict) else params
+    if not isinstance(params, dict):
+        raise BinaryDataError("Each input must be an object whose parameters are an object.")
+    if "binary_data_size" not in params:
+        return None
+    size = params["binary_data_size"]
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise BinaryDataError(f"Input {tensor.get('name')}: binary_data_size must be a size.")
+    return size
+
+
+def decode_elements(datatype: str, raw: memoryview | bytes) -> list[Any]:
+    """The elements of a tensor's binary data (see `read_binary_request`)."""
+    if datatype == "BYTES":
+        return _decode_bytes(bytes(raw))
+    code = ELEMENT_FORMATS.get(datatype)
+    if code is None:
+        raise BinaryDataError(f"Binary data of datatype {datatype!r} is not supported.")
+    width = struct.calcsize(code)
+    if len(raw) % width:
+        raise BinaryDataError(f"{len(raw)} bytes are no whole number of {datatype} elements.")
+    values = list(struct.unpack(f"<{len(raw) // width}{code}", raw))
+    if datatype == "BF16":
+        return [struct.unpack("<f", struct.pack("<I", v << 16))[0] for v in values]
+    return values
+
+
+def _decode_bytes(raw: bytes) -> list[bytes]:
+    elements, offset = [], 0
+    while offset < len(raw):
+        if offset + 4 > len(raw):
+            raise BinaryDataError("A BYTES element's 4-byte length is cut short.")
+        (length,) = struct.unpack_from("<I", raw, offset)
+        offset += 4
+        if offset + length > len(raw):
+            raise BinaryDataError("A BYTES element runs past its tensor's data.")
+        elements.append(raw[offset : offset + length])
+        offset += length
+    return elements
+
+
+def encode_elements(datatype: str, values: list[Any]) -> bytes:
+    """Binary data of a tensor's flattened values (the inverse of `decode_elements`)."""
+    if datatype == "BYTES":
+        items = [v if isinstance(v, bytes) else str(v).encode() for v in values]
+        return b"".join(struct.pack("<I", len(item)) + item for item in items)
+    try:
+        return struct.pack(f"<{len(values)}{ELEMENT_FORMATS[datatype]}", *values)
+    except struct.error as exc:
+        raise ValueError(f"{datatype} data: {exc}") from None
+
+
+def wants_binary(request: dict[str, Any], output_name: str) -> bool:
+    """Whether the request asks for this output as binary data: `binary_data_output` in its
+    parameters, or `binary_data` in the parameters of the requested output of that name."""
+    params = request.get("parameters")
+    if isinstance(params, dict) and params.get("binary_data_output") is True:
+        return True
+    for output in request.get("outputs") or []:
+        if isinstance(output, dict) and output.get("name") == output_name:
+            options = output.get("parameters")
+            return isinstance(options, dict) and options.get("binary_data") is True
+    return False
+
+
+def binary_response(response: dict[str, Any], request: dict[str, Any]) -> tuple[bytes, int | None]:
+    """The response body, and its JSON header's length when some outputs went binary
+    (their `data` replaced by a `binary_data_size` parameter and appended after the JSON)."""
+    chunks: list[bytes] = []
+    for output in response["outputs"]:
+        if wants_binary(request, output["name"]):
+            raw = encode_elements(output["datatype"], output.pop("data"))
+            output["parameters"] = {**output.get("parameters", {}), "binary_data_size": len(raw)}
+            chunks.append(raw)
+    header = json.dumps(response).encode()
+    if not chunks:
+        return header, None
+    return header + b"".join(chunks), len(header)

@@ -12,6 +12,10 @@ Here the route does it, so every model answers these routes without a setting:
   batch item (its data reshaped to `shape`; BYTES inputs pass `data[0]`). The
   answer is `{"id", "model_name", "model_version", "outputs"}`, each output
   flattened with its input's name, as TorchServe's `kservev2` envelope does.
+  The binary tensor extension (`oip`: `Inference-Header-Content-Length`,
+  `binary_data_size`, binary outputs on request) works both ways, as in KServe's
+  Python server and Triton; a binary BYTES input reaches the handler as a
+  `bytearray` (a raw parameter), as TorchServe passes raw bodies.
 
 Items go through the model's batcher one by one, so they batch with other
 traffic up to the model's batch size. A handler output that is JSON is used
@@ -37,7 +41,15 @@ from typing import Any
 
 from .._version import __version__
 from ..errors import BadRequest
-from ..oip import flatten, typed_data
+from ..oip import (
+    BINARY_HEADER,
+    BINARY_TYPE,
+    BinaryDataError,
+    binary_response,
+    flatten,
+    read_binary_request,
+    typed_data,
+)
 from ..protocol import InferenceRequest, InferenceResult, Parameter
 from ..registry import Model
 from .access import EXECUTE, READ, allow
@@ -75,7 +87,9 @@ def _item_parameters(item: Any) -> tuple[Parameter, ...]:
     fields = item if isinstance(item, dict) else {"body": item}
     try:
         return tuple(
-            Parameter(str(name), JSON_TYPE, json.dumps(value).encode())
+            Parameter(str(name), BINARY_TYPE, bytes(value))
+            if isinstance(value, bytes)
+            else Parameter(str(name), JSON_TYPE, json.dumps(value).encode())
             for name, value in fields.items()
         )
     except RecursionError:
@@ -257,8 +271,7 @@ class V2InferRoute(KServeRoute):
 
     @allow(EXECUTE)
     async def post(self, name: str, action: str) -> None:
-        envelope = None if self.enveloped_by_worker(name) else _envelope(self.request.body,
-                                                                          "inputs")  # fmt: skip
+        envelope = None if self.enveloped_by_worker(name) else self.v2_envelope()
         if envelope is None:
             await self.pass_through(name, action == "explain")
             return
@@ -269,14 +282,38 @@ class V2InferRoute(KServeRoute):
             return
         spec = self.registry.get(name).spec
         names = [str(row.get("name", f"input-{i}")) for i, row in enumerate(rows)]
-        self.write_json(
-            {
-                "id": str(data.get("id") or "").strip() or self.request_id,
-                "model_name": spec.model_name,
-                "model_version": spec.version,
-                "outputs": [_v2_output(n, v) for n, v in zip(names, outputs, strict=True)],
-            }
-        )
+        response = {
+            "id": str(data.get("id") or "").strip() or self.request_id,
+            "model_name": spec.model_name,
+            "model_version": spec.version,
+            "outputs": [_v2_output(n, v) for n, v in zip(names, outputs, strict=True)],
+        }
+        self.write_v2(response, data)
+
+    def v2_envelope(self) -> tuple[dict[str, Any], list[Any]] | None:
+        """The v2 request and its inputs, binary data read in; None when it is none."""
+        header_length = self.request.headers.get(BINARY_HEADER)
+        if header_length is None:
+            return _envelope(self.request.body, "inputs")
+        try:
+            request = read_binary_request(self.request.body, header_length)
+        except RecursionError:
+            raise BadRequest(TOO_DEEP) from None
+        except (BinaryDataError, ValueError) as exc:
+            raise BadRequest(f"Invalid binary tensor request: {exc}") from None
+        return request, request["inputs"]
+
+    def write_v2(self, response: dict[str, Any], request: dict[str, Any]) -> None:
+        """The response as JSON, or with the outputs the request asked for as binary data."""
+        try:
+            body, header_length = binary_response(response, request)
+        except (ValueError, TypeError, OverflowError) as exc:  # e.g. BYTES values as BOOL
+            raise BadRequest(f"An output cannot be sent as binary data: {exc}") from None
+        if header_length is None:
+            self.write_json(response)
+            return
+        self.set_header(BINARY_HEADER, str(header_length))
+        self.finish(body, set_content_type=BINARY_TYPE)
 
 
 class ModelReadyRoute(ServeRoute):

@@ -1,0 +1,154 @@
+"""The Open Inference Protocol's binary tensor extension on the v2 routes, with the real
+`tritonclient.http` (binary inputs and outputs by default) against a real server and worker."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.http as triton
+from route_models import register, server_config
+from tornado.httpclient import HTTPResponse
+from tritonclient.utils import InferenceServerException
+
+Fetch = Callable[..., Awaitable[HTTPResponse]]
+HANG_GUARD = 60.0  # seconds; only stops a broken route from hanging the suite
+DOUBLER = """
+def _double(value):
+    if isinstance(value, list):
+        return [_double(item) for item in value]
+    if isinstance(value, bool):
+        return not value
+    return value * 2
+
+
+def handle(data, context):
+    if not data:
+        return None
+    out = []
+    for row in data:
+        value = row["data"]
+        if isinstance(value, (bytes, bytearray)):
+            out.append(type(value).__name__ + ":" + bytes(value).decode().upper())
+        elif isinstance(value, str):
+            out.append("str:" + value.upper())
+        else:
+            out.append(_double(value))
+    return out
+"""
+
+
+@pytest.fixture
+def jp_server_config(tmp_path: Path) -> dict[str, Any]:
+    return server_config(tmp_path)
+
+
+@pytest.fixture
+def client_args(
+    jp_serverapp: Any, jp_fetch: Fetch, jp_http_port: int, jp_base_url: str
+) -> dict[str, Any]:
+    """tritonclient's url (host:port/path) and the Jupyter token header (`jp_fetch` is asked
+    for because it is what starts the server accepting on `jp_http_port`)."""
+    url = f"127.0.0.1:{jp_http_port}{jp_base_url}serve"
+    token = jp_serverapp.identity_provider.token
+    return {"url": url, "headers": {"Authorization": f"token {token}"}}
+
+
+def infer(client_args: dict[str, Any], inputs: list[Any], **options: Any) -> Any:
+    """One inference with a fresh client (tritonclient is synchronous: run it in a thread)."""
+    client = triton.InferenceServerClient(url=client_args["url"], network_timeout=HANG_GUARD)
+    try:
+        return client.infer("doubler", inputs, headers=client_args["headers"], **options)
+    finally:
+        client.close()
+
+
+def tensor(name: str, array: np.ndarray, datatype: str, binary: bool = True) -> Any:
+    return triton.InferInput(name, list(array.shape), datatype).set_data_from_numpy(
+        array, binary_data=binary
+    )
+
+
+async def test_tritonclient_defaults_send_and_get_binary_tensors(
+    jp_serverapp: Any, client_args: dict[str, Any]
+) -> None:
+    await register(jp_serverapp, name="doubler", source=DOUBLER)
+    inputs = [
+        tensor("f", np.array([[1.5, 2.0], [3.0, -4.25]], dtype=np.float32), "FP32"),
+        tensor("i", np.array([7, 8, 9], dtype=np.int64), "INT64"),
+        tensor("b", np.array([True, False]), "BOOL"),
+        tensor("s", np.array([b"hello"], dtype=np.object_), "BYTES"),
+    ]
+    result = await asyncio.to_thread(infer, client_args, inputs)
+    response = result.get_response()
+    assert all("binary_data_size" in out["parameters"] for out in response["outputs"])
+    assert result.as_numpy("f").tolist() == [3.0, 4.0, 6.0, -8.5]  # FP64, flattened
+    assert result.as_numpy("i").tolist() == [14, 16, 18]
+    assert result.as_numpy("b").tolist() == [False, True]
+    assert result.as_numpy("s").tolist() == [b"bytearray:HELLO"]  # raw bytes reach the handler
+
+
+async def test_json_inputs_and_a_mix_of_json_and_binary_outputs(
+    jp_serverapp: Any, client_args: dict[str, Any]
+) -> None:
+    await register(jp_serverapp, name="doubler", source=DOUBLER)
+    inputs = [
+        tensor("i", np.array([1, 2], dtype=np.int32), "INT32", binary=False),
+        tensor("s", np.array([b"word"], dtype=np.object_), "BYTES", binary=False),
+    ]
+    outputs = [triton.InferRequestedOutput("i", binary_data=True),
+               triton.InferRequestedOutput("s", binary_data=False)]  # fmt: skip
+    result = await asyncio.to_thread(infer, client_args, inputs, outputs=outputs)
+    by_name = {out["name"]: out for out in result.get_response()["outputs"]}
+    assert "data" not in by_name["i"]
+    assert by_name["s"]["data"] == ["str:WORD"]
+    assert result.as_numpy("i").tolist() == [2, 4]
+    assert result.as_numpy("s").tolist() == ["str:WORD"]  # JSON BYTES stay text
+
+
+async def test_malformed_binary_requests_are_400s_with_torchserve_errors(
+    jp_fetch: Fetch, jp_serverapp: Any, client_args: dict[str, Any]
+) -> None:
+    await register(jp_serverapp, name="doubler", source=DOUBLER)
+    header = json.dumps({"inputs": [{"name": "x", "shape": [2], "datatype": "FP32",
+                                     "parameters": {"binary_data_size": 8}}]}).encode()  # fmt: skip
+    cases = [
+        (header + b"1234", str(len(header))),  # data cut short
+        (header + b"12345678", "abc"),  # not a length
+        (header + b"12345678", str(len(header) + 100)),  # past the body
+        (b"{not json" + b"12345678", "9"),
+        (header[:-1] + b"12345678", str(len(header) - 1)),  # the JSON cut short
+    ]
+    for body, length in cases:
+        response = await jp_fetch(
+            "serve", "v2", "models", "doubler", "infer", method="POST", body=body,
+            headers={"Inference-Header-Content-Length": length}, raise_error=False,
+        )  # fmt: skip
+        assert response.code == 400, (body, length)
+        error = json.loads(response.body)
+        assert (error["code"], error["type"]) == (400, "BadRequestException")
+    bad = tensor("f", np.array([1.0], dtype=np.float32), "FP32")
+    bad._parameters["binary_data_size"] = 400  # what a broken client might claim
+    with pytest.raises(InferenceServerException, match="binary_data_size runs past"):
+        await asyncio.to_thread(infer, client_args, [bad])
+
+
+async def test_a_binary_request_over_max_request_size_is_413(
+    jp_fetch: Fetch, jp_serverapp: Any
+) -> None:
+    await register(jp_serverapp, name="doubler", source=DOUBLER)
+    limit = jp_serverapp.web_app.settings["serve_app"].max_request_size
+    raw = bytes(limit + 8)
+    size = {"binary_data_size": len(raw)}
+    inputs = [{"name": "x", "shape": [len(raw)], "datatype": "UINT8", "parameters": size}]
+    header = json.dumps({"inputs": inputs}).encode()
+    response = await jp_fetch(
+        "serve", "v2", "models", "doubler", "infer", method="POST", body=header + raw,
+        headers={"Inference-Header-Content-Length": str(len(header))}, raise_error=False,
+    )  # fmt: skip
+    assert response.code == 413
