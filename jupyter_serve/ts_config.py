@@ -8,7 +8,9 @@ environment overrides when the file says `enable_envvars_config=true`
     model_store, load_models, models, number_of_gpu, default_workers_per_model,
     job_queue_size, max_request_size, max_response_size, default_response_timeout,
     default_startup_timeout, unregister_model_timeout (seconds), install_py_dep_per_model,
-    allowed_urls, limit_max_image_pixels, decode_input_request, enable_model_api
+    allowed_urls, limit_max_image_pixels, decode_input_request, enable_model_api,
+    metrics_config (a path, relative to the working directory as in TorchServe),
+    model_metrics_auto_detect
 
 `model_snapshot` (TorchServe's snapshot JSON, one line) is checked to be a JSON
 object and kept whole: the server restores its models at start, as TorchServe
@@ -16,7 +18,8 @@ does, and `load_models` is then not read.
 
 `disable_token_authorization` is ignored with a warning (Jupyter's auth always
 applies); `inference_address`, `management_address` and `metrics_address` with an
-info note (the routes live under the Jupyter server). Every other key is listed
+info note (the routes live under the Jupyter server), and `metrics_mode` (`/metrics`
+always answers Prometheus text, TorchServe's `metrics_mode=prometheus`). Every other key is listed
 in `TorchServeConfig.unknown`. A value of the wrong type is a `TorchServeConfigError`
 naming the key.
 
@@ -87,6 +90,8 @@ class TorchServeConfig:
     decode_input_request: bool | None = None
     enable_model_api: bool | None = None
     service_envelope: str | None = None  # body, json, kserve, kservev2
+    metrics_config: str | None = None  # TorchServe's metrics YAML, resolved from the cwd
+    model_metrics_auto_detect: bool | None = None
     model_snapshot: dict[str, Any] | None = None  # TorchServe's snapshot JSON, restored at start
     unknown: tuple[str, ...] = ()
     properties: dict[str, str] = field(default_factory=dict)  # everything read, as text
@@ -274,6 +279,7 @@ def from_properties(properties: Mapping[str, str]) -> TorchServeConfig:
         models=_models(props.get("models")),
         allowed_urls=_allowed_urls(props.get("allowed_urls")),
         service_envelope=props.get("service_envelope") or None,
+        metrics_config=_path(props.get("metrics_config")),
         model_snapshot=_model_snapshot(props.get("model_snapshot")),
         **typed,
         unknown=tuple(sorted(key for key in props if key not in _KNOWN)),
@@ -294,8 +300,11 @@ _BOOL_KEYS = (
     "limit_max_image_pixels",
     "decode_input_request",
     "enable_model_api",
+    "model_metrics_auto_detect",
 )
 _OTHER_KEYS = (
+    "metrics_config",
+    "metrics_mode",
     "model_store",
     "load_models",
     "models",
@@ -318,6 +327,13 @@ def _note_ignored(props: Mapping[str, str]) -> None:
     for key in IGNORED_ADDRESSES:
         if key in props:
             log.info("config.properties: %s is ignored: routes live under the Jupyter server.", key)
+    if props.get("metrics_mode", "prometheus").lower() != "prometheus":
+        log.info("config.properties: metrics_mode is ignored: /metrics answers Prometheus text.")
+
+
+def _path(text: str | None) -> str | None:
+    """A file path as TorchServe reads it (`getCanonicalPath`: relative to the cwd)."""
+    return str(Path(text).expanduser().resolve()) if text else None
 
 
 def _int(props: Mapping[str, str], key: str) -> int | None:

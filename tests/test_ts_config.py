@@ -140,7 +140,17 @@ def test_unset_keys_are_none(tmp_path: Path) -> None:
 
 def test_unknown_keys_are_listed(tmp_path: Path) -> None:
     config = load(tmp_path, "metrics_mode=prometheus\ncors_allowed_origin=*\njob_queue_size=1\n")
-    assert config.unknown == ("cors_allowed_origin", "metrics_mode")
+    assert config.unknown == ("cors_allowed_origin",)
+
+
+def test_metrics_config_is_a_path_from_the_working_directory_as_in_torchserve(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    text = "metrics_config=examples/custom_metrics/metrics.yaml\nmodel_metrics_auto_detect=true\n"
+    config = load(tmp_path, text)
+    assert config.metrics_config == str(tmp_path / "examples" / "custom_metrics" / "metrics.yaml")
+    assert config.model_metrics_auto_detect is True
 
 
 def test_token_setting_is_ignored_with_a_warning(
