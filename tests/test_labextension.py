@@ -209,6 +209,7 @@ def test_try_it_and_follow_the_log(lab: Lab, server: LabServer) -> None:
     assert "$JUPYTER_TOKEN" in curl
     assert TOKEN not in curl
     lab.screenshot("try-it", tab)
+    lab.screenshot("jupyterlab")  # the panel beside the Try-it tab (README's picture)
 
     lab.page.locator(".lm-TabBar-tab", has_text="Log: demo 2.0").click()
     expect(handled).to_have_count(1)  # the tab followed the worker's new line
