@@ -237,7 +237,7 @@ export async function uploadToStore(path: string): Promise<string | null> {
     const message = created
       ? `Uploaded ${name} to the model store`
       : `The model store has ${name}`;
-    Notification.update({ id, message, type: 'info', autoClose: 3000 });
+    Notification.update({ id, message, type: 'success', autoClose: 3000 });
     return name;
   } catch (error) {
     Notification.dismiss(id);
