@@ -33,10 +33,13 @@ from typing import Any
 from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.extension.application import ExtensionApp
 from jupyter_server.utils import url_path_join
-from traitlets import Bool, Dict, Float, Int, List, Unicode, default
+from traitlets import Bool, Dict, Float, Int, List, TraitError, Unicode, default
 
 from .archive import ExtractLimits
+from .errors import BadRequest
 from .metrics import ServeMetrics
+from .metrics_config import DEFAULT as DEFAULT_METRICS
+from .metrics_config import MetricsConfig, load_metrics_config
 from .models import BatchPolicy, ServerDefaults
 from .pool import WorkerFactory, WorkerPool
 from .registry import ModelRegistry, RegistryConfig
@@ -63,6 +66,8 @@ TS_CONFIG_TRAITS = {
     "limit_max_image_pixels": "limit_max_image_pixels",
     "decode_input_request": "decode_input_request",
     "service_envelope": "service_envelope",
+    "metrics_config": "metrics_config",
+    "model_metrics_auto_detect": "model_metrics_auto_detect",
 }
 
 
@@ -261,6 +266,20 @@ class ServeApp(ExtensionApp):
         "scale (min_worker, max_worker) asking for more answers 400 instead of starting that "
         "many processes. Default: twice the machine's CPU count, at least 8.",
     )
+    metrics_config = Unicode(
+        "",
+        config=True,
+        help="A TorchServe metrics YAML (its ts_metrics and model_metrics sections): which "
+        "metrics /metrics has, with their type, unit and labels, and the metrics every "
+        "model's context.metrics declares. Empty: TorchServe's default file. A model's "
+        "model-config.yaml may name its own (jupyter_serve: metricsConfig: FILE).",
+    )
+    model_metrics_auto_detect = Bool(
+        True,
+        config=True,
+        help="Add a handler metric the metrics_config does not declare to /metrics (with its "
+        "own dimensions and Hostname). TorchServe's default is false: such metrics are dropped.",
+    )
     enable_model_api = Bool(
         True,
         config=True,
@@ -297,7 +316,9 @@ class ServeApp(ExtensionApp):
 
         self.apply_ts_config()
         self.startup_task: asyncio.Task[list[tuple[str, str]]] | None = None
-        self.metrics = ServeMetrics()
+        self.metrics = ServeMetrics(
+            config=self.metrics_settings(), auto_detect=self.model_metrics_auto_detect
+        )
         self.factory = WorkerFactory(enabled=self.fork_workers)
         self.registry = ModelRegistry(self.registry_config())
         self.keys = KeyStore(self.workdir)
@@ -319,6 +340,7 @@ class ServeApp(ExtensionApp):
             limit_max_image_pixels=self.limit_max_image_pixels,
             decode_input_request=self.decode_input_request,
             service_envelope=self.service_envelope,
+            model_metrics=self.metrics_settings().worker_declarations(),
         )
 
     def registry_config(self) -> RegistryConfig:
@@ -337,10 +359,26 @@ class ServeApp(ExtensionApp):
             install_py_dep_per_model=self.install_py_dep_per_model,
             snapshots=self.snapshots,
             pool_factory=self._make_pool,
+            on_drop=self.metrics.forget_model,
         )
 
     def _make_pool(self, spec: Any, batcher: Any) -> WorkerPool:
-        return WorkerPool(spec, batcher, on_metrics=self.metrics.record_batch, factory=self.factory)
+        metrics = self.metrics
+        return WorkerPool(spec, batcher, on_metrics=metrics.record_batch,
+                          on_load=metrics.record_load, factory=self.factory)  # fmt: skip
+
+    def metrics_settings(self) -> MetricsConfig:
+        """The `metrics_config` file's metrics (read once), else TorchServe's default file."""
+        if not self.metrics_config:
+            return DEFAULT_METRICS
+        loaded: MetricsConfig | None = getattr(self, "_metrics_settings", None)
+        if loaded is None or loaded.source != self.metrics_config:
+            try:
+                loaded = load_metrics_config(self.metrics_config)
+            except BadRequest as exc:
+                raise TraitError(f"ServeApp.metrics_config: {exc.message}") from None
+            self._metrics_settings = loaded
+        return loaded
 
     def apply_ts_config(self) -> None:
         """Fill traits not set explicitly from `ts_config` (TorchServe's precedence)."""

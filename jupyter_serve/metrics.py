@@ -192,6 +192,14 @@ class ServeMetrics:
             self._stats(spec.model_name, spec.version).add_batch(batch_len, spec.batch_size)
         self.record_handler_metrics(spec, metrics)
 
+    def record_load(
+        self, spec: ModelSpec, worker_name: str, load_ms: float, metrics: list[dict[str, Any]]
+    ) -> None:
+        """A worker loaded (the pool's `on_load`): its WorkerLoadTime and what the handler's
+        `initialize` emitted, as TorchServe records both when the worker is up."""
+        self.record_worker_load(worker_name, load_ms)
+        self.record_handler_metrics(spec, metrics)
+
     def record_worker_load(self, worker_name: str, ms: float) -> None:
         """How long a worker took to start and load its model (TorchServe's WorkerLoadTime)."""
         self._record("WorkerLoadTime", (worker_name, *self._host()), ms)

@@ -23,6 +23,7 @@ from jupyter_serve.errors import (
     InvalidModelVersion,
     ModelNotFound,
     ModelVersionNotFound,
+    OutOfResources,
     ServeError,
 )
 from jupyter_serve.models import RegisterParams
@@ -423,6 +424,7 @@ def test_out_of_memory_at_load_is_507(
     with pytest.raises(ServeError) as raised:
         run(registry.register(url, params(initial_workers=1)))
     assert raised.value.status_code == 507
+    assert isinstance(raised.value, OutOfResources)
     assert raised.value.message == "Failed to start workers for model hungry version: 1.0"
 
 

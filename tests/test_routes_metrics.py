@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -35,6 +36,22 @@ async def test_metrics_after_a_prediction_match_torchserve_text(
         text,
     )
     assert "# TYPE ts_inference_requests_total counter" in text
+
+
+async def test_an_unregistered_models_dashboard_figures_are_dropped(
+    jp_fetch: Fetch, jp_serverapp: Any
+) -> None:
+    await register(jp_serverapp)
+    raw = {"Content-Type": "application/octet-stream"}
+    await jp_fetch("serve", "predictions", "probe", method="POST", body=b"x", headers=raw)
+
+    async def dashboard_models() -> list[str]:
+        response = await jp_fetch("serve", "metrics", params={"format": "json"})
+        return [model["model_name"] for model in json.loads(response.body)["models"]]
+
+    assert await dashboard_models() == ["probe"]
+    await jp_fetch("serve", "models", "probe", method="DELETE")
+    assert await dashboard_models() == []
 
 
 async def test_name_filter_selects_families(jp_fetch: Fetch) -> None:

@@ -42,11 +42,13 @@ if TYPE_CHECKING:
     from ..models import ModelSpec
     from .factory import WorkerFactory
 
-__all__ = ["BACKOFF", "MetricsCallback", "ScaleResult", "WorkerPool"]
+__all__ = ["BACKOFF", "LoadCallback", "MetricsCallback", "ScaleResult", "WorkerPool"]
 
 BACKOFF = (0, 1, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 377, 610, 987, 1597)
 MetricsCallback = Callable[["ModelSpec", list[dict[str, Any]], float, int, float], None]
 """on_metrics(spec, metrics, predict_ms, batch_len, queue_ms): queue_ms is the batch's mean."""
+LoadCallback = Callable[["ModelSpec", str, float, list[dict[str, Any]]], None]
+"""on_load(spec, worker_name, load_ms, metrics): a worker loaded; `metrics` its initialize's."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,7 @@ class WorkerPool:
             `[spec.python, "-m", "jupyter_serve.worker"]`.
         backoff: seconds to wait before restart number 1, 2, ... (the last repeats).
         on_metrics: called after each answered predict batch (see `MetricsCallback`).
+        on_load: called after each worker's successful load (see `LoadCallback`).
         log_buffer: the ring buffer for the model's worker output (kept across pools).
         gpu_count: how many GPUs are visible (asked once, when the first worker starts).
         stop_grace: seconds between SIGTERM and SIGKILL when stopping a worker.
@@ -109,6 +112,7 @@ class WorkerPool:
         command: Sequence[str] | None = None,
         backoff: Sequence[float] = BACKOFF,
         on_metrics: MetricsCallback | None = None,
+        on_load: LoadCallback | None = None,
         log_buffer: deque[str] | None = None,
         gpu_count: Callable[[], int] = devices.gpu_count,
         stop_grace: float = 5.0,
@@ -122,6 +126,7 @@ class WorkerPool:
         self.log = WorkerLog(spec.model_name, log_buffer)
         self._backoff = tuple(backoff) or (0,)
         self._on_metrics = on_metrics
+        self._on_load = on_load
         self._gpu_count = gpu_count
         self._visible: int | None = None
         self._stop_grace = stop_grace
@@ -310,6 +315,8 @@ class WorkerPool:
     async def _load(self, slot: _Slot, worker: SubprocessWorker) -> bool:
         self._notify()
         outcome = await self._start(worker)
+        if outcome is None:
+            self._loaded(worker)
         if not slot.first_load.done():
             slot.first_load.set_result(outcome)
         self._notify()
@@ -398,6 +405,14 @@ class WorkerPool:
         deliver(batch, reply, dispatched)
         if batch[0].command == "predict":
             self._record(reply, len(batch), queue_ms)
+
+    def _loaded(self, worker: SubprocessWorker) -> None:
+        if self._on_load is None:
+            return
+        try:
+            self._on_load(self.spec, worker.name, worker.load_ms, worker.load_metrics)
+        except Exception:  # metrics must never break serving
+            LOGGER.exception("on_load failed for %s", self.spec.model_name)
 
     def _record(self, reply: WorkerReply, batch_len: int, queue_ms: float) -> None:
         if self._on_metrics is None:

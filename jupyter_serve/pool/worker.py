@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import signal
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -106,6 +107,8 @@ class SubprocessWorker:
         self.pid: int | None = None
         self.start_time = datetime.now(timezone.utc)  # the process's, once there is one
         self.forked = False  # the process came from the worker factory
+        self.load_ms = 0.0  # start to loaded (TorchServe's WorkerLoadTime)
+        self.load_metrics: list[dict[str, Any]] = []  # what the handler's initialize emitted
         self._command = list(command)
         self._log = log
         self._extra_env = dict(env or {})
@@ -118,6 +121,11 @@ class SubprocessWorker:
         return (
             f"<SubprocessWorker {self.spec.model_name}/{self.id} pid={self.pid} {self.state.name}>"
         )
+
+    @property
+    def name(self) -> str:
+        """TorchServe's worker name, `W-<id>-<model>_<version>` (its thread and metric label)."""
+        return f"W-{self.id}-{self.spec.model_name}_{self.spec.version}"
 
     @property
     def alive(self) -> bool:
@@ -137,11 +145,13 @@ class SubprocessWorker:
         Raises:
             WorkerLoadError: no `R(200)` within `spec.startup_timeout` (E frame, exit, timeout).
         """
+        started = time.monotonic()
         env = worker_environment(self.spec.python_path, self.torch_threads, self._extra_env)
         forked = await self._fork()
         process = forked or await self._launch(env)
         self._attach(process, forked=forked is not None)
         await self._load(env_changes(process.env, env))
+        self.load_ms = (time.monotonic() - started) * 1000
 
     async def _fork(self) -> WorkerProcess | None:
         if self._factory is None:
@@ -202,6 +212,7 @@ class SubprocessWorker:
             "sys_path": list(spec.python_path),
             "env": env,
             "torch_threads": self.torch_threads,
+            "model_metrics": list(spec.model_metrics),
         }
 
     def _check_loaded(self, reply: Frame) -> None:
@@ -216,6 +227,7 @@ class SubprocessWorker:
         if reply.kind is not Kind.RESULT or header.get("status") != 200:
             self.kill()
             raise WorkerLoadError(f"Worker {self.id} answered the load request with {header!r}")
+        self.load_metrics = list(header.get("metrics") or [])
 
     def _exit_message(self, code: int | None) -> str:
         tail = self._process.tail if self._process is not None else ()

@@ -35,6 +35,7 @@ from ..errors import (
     InvalidModelVersion,
     ModelNotFound,
     ModelVersionNotFound,
+    OutOfResources,
     ServeError,
     ServiceUnavailable,
 )
@@ -74,6 +75,7 @@ class RegistryConfig:
     snapshots: bool = True
     gpus: int | None = None  # GPUs the server may use; None asks devices.gpu_count()
     pool_factory: PoolFactory = WorkerPool
+    on_drop: Callable[[str, str], None] | None = None  # (name, version) is gone: forget stats
 
 
 @dataclass(eq=False)
@@ -327,6 +329,8 @@ class ModelRegistry:
         self._models.pop(model.spec.key, None)
         if self._defaults.get(model.name) == model.version:
             del self._defaults[model.name]
+        if self.config.on_drop is not None:
+            self.config.on_drop(model.name, model.version)
         await _dispose(model)
         await asyncio.to_thread(_remove, model.downloaded)
 
@@ -404,9 +408,10 @@ def _one_line(exc: BaseException) -> str:
 def _start_failure(result: ScaleResult, name: str, version: str) -> ServeError:
     """TorchServe's "Failed to start workers" error, with the first worker's reason (the
     last line of its traceback: the handler's exception) as the answer's `cause`."""
-    status = 507 if any(error.status_code == 507 for error in result.failures) else 500
     message = f"Failed to start workers for model {name} version: {version}"
-    return ServeError(message, status_code=status, cause=_load_cause(result))
+    if any(error.status_code == 507 for error in result.failures):
+        return OutOfResources(message, cause=_load_cause(result))
+    return ServeError(message, cause=_load_cause(result))
 
 
 def _load_cause(result: ScaleResult) -> str | None:
