@@ -85,8 +85,11 @@ def lab_settings(root: Path) -> Path:
     return settings
 
 
-def build_archive(folder: Path, name: str, version: str, source: str, config: str = "") -> Path:
-    """`<folder>/<name>-<version>.mar` with `source` as its handler."""
+def build_archive(
+    folder: Path, name: str, version: str, source: str, config: str = "", form: str = "default"
+) -> Path:
+    """`<folder>/<name>-<version>.mar` with `source` as its handler (`form="no-archive"`:
+    the model folder `<folder>/<name>` instead)."""
     src = folder / f".src-{name}-{version}"
     src.mkdir(parents=True, exist_ok=True)
     (src / "handler.py").write_text(source)
@@ -96,11 +99,11 @@ def build_archive(folder: Path, name: str, version: str, source: str, config: st
         config_file = str(src / "model-config.yaml")
     spec = ArchiveSpec(
         model_name=name, version=version, handler=str(src / "handler.py"),
-        config_file=config_file, export_path=str(folder), force=True,
+        config_file=config_file, export_path=str(folder), force=True, archive_format=form,
     )  # fmt: skip
-    built = build_mar(spec).rename(folder / f"{name}-{version}.mar")
+    built = build_mar(spec)
     shutil.rmtree(src)
-    return built
+    return built if form == "no-archive" else built.rename(folder / f"{name}-{version}.mar")
 
 
 class LabServer(ServeProcess):

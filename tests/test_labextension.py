@@ -54,6 +54,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
     archives.mkdir()
     build_archive(archives, "demo", "2.0", PRINTING_HANDLER, CONFIG)
     build_archive(root / "model_store", "heat", "1.0", HEAT_HANDLER)
+    build_archive(root / "model_store", "folded", "1.0", HEAT_HANDLER, form="no-archive")
     (root / "dashboard.ipynb").write_text(json.dumps(_notebook()))
     lab = LabServer(root)
     try:
@@ -162,11 +163,28 @@ def test_serve_a_mar_from_the_file_browser(lab: Lab) -> None:
     form.locator('input[name="batch_size"]').fill("4")
     lab.accept("Serve")
     lab.notification("demo/2.0: 1/1 workers ready")
-    lab.open_panel()
+    lab.page.locator(".jp-ServeStatus").click()  # the status-bar item opens the panel
     served = lab.card("demo", "2.0")
+    expect(served).to_be_visible()
     expect(served).to_have_attribute("data-status", "healthy")
     expect(served).to_have_attribute("data-default", "false")
     assert (lab.server.store / "demo-2.0.mar").exists()  # uploaded: archives/ is not served
+
+
+def test_serve_a_model_folder_of_the_store_by_its_path(lab: Lab) -> None:
+    lab.page.locator('li[data-id="filebrowser"]').click()
+    listing = lab.page.locator(".jp-DirListing-content")
+    lab.page.locator(".jp-BreadCrumbs-home").click()
+    listing.locator('.jp-DirListing-item[data-isdir="true"]', has_text="model_store").dblclick()
+    folder = listing.locator('.jp-DirListing-item[data-isdir="true"]', has_text="folded")
+    folder.click(button="right")
+    lab.page.locator(".lm-Menu-item", has_text="Serve this model").click()
+    lab.accept("Serve")
+    lab.notification("Serving folded/1.0: 1/1 workers ready")
+    lab.open_panel()
+    expect(lab.card("folded", "1.0")).to_have_attribute("data-status", "healthy")
+    with lab.server.serve_client() as client:  # registered in place, not uploaded
+        assert client.get("models/folded").json()[0]["modelUrl"].endswith("model_store/folded")
 
 
 def test_scale_to_two_workers(lab: Lab) -> None:
