@@ -63,8 +63,11 @@ def profile(args: argparse.Namespace, work: Path) -> str:
         load = run.target(server, workloads.workloads()[args.model])
         out = work / "profile.txt"
         spy = [str(Path(sys.executable).parent / "py-spy"), "record", "--nonblocking", "-r", "250"]
+        if args.target == "worker":
+            spy.append("--idle")  # a worker's waits for its next batch are the point
         argv = [*spy, "-f", "raw", "-d", str(int(args.seconds)), "-o", str(out)]
-        pid = server.server_pid if args.target == "server" else server.worker_pids()[0]
+        # the last child: a worker (the first may be the worker factory)
+        pid = server.server_pid if args.target == "server" else server.worker_pids()[-1]
         sampler = subprocess.Popen([*argv, "-p", str(pid)])
         with run.pinned():
             tally = asyncio.run(loadgen.closed_loop(load, args.c, 10**6, args.seconds))
