@@ -4,7 +4,8 @@ Every route is a jupyter_server `APIHandler` with `auth_resource = "serve"`, so
 the token (header, Bearer, `?token=`) or a cookie with XSRF is required. Any
 `ServeError` a route raises becomes TorchServe's body
 `{"code": ..., "type": ..., "message": ...}` with its status; tornado's own
-errors (a wrong verb, a malformed request) are mapped the same way.
+errors (a wrong verb, a malformed request) are mapped the same way. A 405 also
+carries an `Allow` header naming the methods the route answers (TRACE never).
 
 Every response, errors included, carries TorchServe's `x-request-id` header:
 `set_default_headers` runs again whenever tornado clears the response for an
@@ -203,7 +204,24 @@ class ServeRoute(ExtensionHandlerMixin, APIHandler):
             error = _from_status(status_code, error)
         self.set_status(error.status_code)
         self.set_header("Content-Type", "application/json")
+        if error.status_code == 405:  # RFC 9110: a 405 says which methods the resource has
+            self.set_header("Allow", ", ".join(self.allowed_methods()))
         self.finish(error.body())
+
+    def allowed_methods(self) -> list[str]:
+        """The methods this route answers (OPTIONS always), but the one just refused."""
+        refused = self.request.method
+        return [
+            method
+            for method in self.SUPPORTED_METHODS
+            if method != refused
+            and (method == "OPTIONS" or _implements(type(self), method.lower()))
+        ]
+
+
+def _implements(route: type, verb: str) -> bool:
+    """Whether `route` defines `verb` itself (tornado's default answers 405)."""
+    return getattr(route, verb, None) is not getattr(web.RequestHandler, verb)
 
 
 def _from_status(status_code: int, error: BaseException | None) -> ServeError:

@@ -17,76 +17,135 @@ from ..registry import Model
 from .access import READ, allow
 from .base import ServeRoute
 
-_ERROR = {
-    "description": "Error",
+_ERROR_BODY = {
+    "application/json": {
+        "schema": {
+            "type": "object",
+            "required": ["code", "type", "message"],
+            "properties": {
+                "code": {"type": "integer", "description": "Error code."},
+                "type": {"type": "string", "description": "Error type."},
+                "message": {"type": "string", "description": "Error message."},
+                "cause": {"type": "string", "description": "Why, when the server knows."},
+            },
+        }
+    }
+}
+_ERROR = {"description": "Error", "content": _ERROR_BODY}
+_NOT_ALLOWED = {
+    "description": "Method not allowed (or the model API is off)",
+    "headers": {"Allow": {"description": "The methods the path answers.",
+                          "schema": {"type": "string"}}},
+    "content": _ERROR_BODY,
+}  # fmt: skip
+_VERSIONING = {
+    "description": "Not implemented",
     "content": {
         "application/json": {
-            "schema": {
-                "type": "object",
-                "required": ["code", "type", "message"],
-                "properties": {
-                    "code": {"type": "integer", "description": "Error code."},
-                    "type": {"type": "string", "description": "Error type."},
-                    "message": {"type": "string", "description": "Error message."},
-                },
-            }
+            "schema": {"type": "object", "required": ["error"],
+                       "properties": {"error": {"type": "string"}}},
         }
     },
-}
-_JSON_OK = {"description": "OK", "content": {"application/json": {"schema": {"type": "object"}}}}
+}  # fmt: skip
+_STATUS_OK = {"description": "OK", "content": {"application/json": {"schema": {"type": "object"}}}}
+_JSON_OK = _STATUS_OK
+_LIST_OK = {"description": "OK", "content": {"application/json": {"schema": {"type": "array"}}}}
 _BINARY = {"*/*": {"schema": {"type": "string", "format": "binary"}}}
 _ARCHIVE = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
 _BODY = {"description": "Input data format is defined by each model.", "content": _BINARY}
-_PARAMS: dict[str, tuple[str, str, str]] = {
-    # name: (where, type, description)
-    "model_name": ("path", "string", "Name of model."),
-    "model_version": ("path", "string", "Version of model."),
-    "url_path": ("path", "string", "Extra path segments, passed to the handler as url_path."),
-    "url": ("query", "string", "Model archive download url (a .mar in the model store)."),
-    "handler": ("query", "string", "Inference handler entry-point (overrides the manifest)."),
-    "runtime": ("query", "string", "Runtime for the model: python, python3."),
-    "batch_size": ("query", "integer", "Inference batch size, default: 1."),
-    "max_batch_delay": ("query", "integer", "Maximum delay for batch aggregation (ms)."),
-    "initial_workers": ("query", "integer", "Number of initial workers, default: 0."),
-    "synchronous": ("query", "boolean", "Wait for the workers before answering."),
-    "response_timeout": ("query", "integer", "Seconds to wait for a worker's answer."),
-    "startup_timeout": ("query", "integer", "Seconds to wait for a worker to load."),
-    "min_worker": ("query", "integer", "Minimum number of worker processes."),
-    "max_worker": ("query", "integer", "Maximum number of worker processes."),
-    "number_gpu": ("query", "integer", "Number of GPU worker processes (ignored, as in 0.12)."),
-    "timeout": ("query", "integer", "Seconds to wait (ignored, as in TorchServe 0.12)."),
-    "limit": ("query", "integer", "Models per page, default: 100."),
-    "next_page_token": ("query", "string", "The token of the page to return."),
-    "customized": ("query", "boolean", "Include the handler's describe_handle() output."),
-    "name[]": ("query", "string", "Names of the metrics to return (repeatable)."),
-    "format": ("query", "string", "`json`: the dashboard's figures instead of Prometheus text."),
-    "lines": ("query", "integer", "How many of the newest output lines to return."),
-    "model_name@query": ("query", "string", "Name of model (else the one startup model)."),
-    "name": ("query", "string", "A label for the new inference key."),
-    "models": ("query", "string", "Models the key may run, comma-separated (default: all)."),
-    "key_id": ("path", "string", "Id of an inference key."),
-    "file_name": ("path", "string", "Archive file name: .mar, .tar.gz, .tgz or .zip."),
-    "overwrite": ("query", "boolean", "Replace an archive of that name (else 409)."),
+_METRICS_OK = {
+    "description": "Prometheus text (version 0.0.4); with format=json, the dashboard's figures.",
+    "content": {
+        "text/plain": {"schema": {"type": "string"}},
+        "application/json": {"schema": {"type": "object"}},
+    },
 }
+# Every route may answer these: a malformed request, Jupyter refusing the credentials, no such
+# resource, a method the path does not have (with Allow), a body over max_request_size, a bug.
+_ALWAYS = (400, 403, 404, 405, 413, 500)
+_NAME_RULE = {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_\-.]*$", "maxLength": 128}
+_PARAMS: dict[str, tuple[str, dict[str, Any], str]] = {
+    # name: (where, schema, description)
+    "model_name": ("path", {"type": "string"}, "Name of model."),
+    "model_version": ("path", {"type": "string"}, "Version of model."),
+    "url_path": ("path", {"type": "string"}, "Extra path segments, passed as url_path."),
+    "url": ("query", {"type": "string", "minLength": 1},
+            "Model archive url: a .mar (or folder) in the model store, or an allowed http(s) url."),
+    "model_name@register": ("query", _NAME_RULE, "Name of model (default: the manifest's)."),
+    "handler": ("query", {"type": "string", "minLength": 1},
+                "Inference handler entry-point (overrides the manifest)."),
+    "runtime": ("query", {"type": "string", "enum": ["python", "python3", "LSP"]},
+                "Runtime for the model."),
+    "batch_size": ("query", {"type": "integer", "minimum": 1}, "Inference batch size, default: 1."),
+    "max_batch_delay": ("query", {"type": "integer", "minimum": 0},
+                        "Maximum delay for batch aggregation (ms)."),
+    "initial_workers": ("query", {"type": "integer", "minimum": 0},
+                        "Number of initial workers, default: 0."),
+    "synchronous": ("query", {"type": "boolean"}, "Wait for the workers before answering."),
+    "response_timeout": ("query", {"type": "integer"},
+                         "Seconds to wait for a worker's answer (0 or less: the default)."),
+    "startup_timeout": ("query", {"type": "integer"},
+                        "Seconds to wait for a worker to load (below 0: the default)."),
+    "min_worker": ("query", {"type": "integer", "minimum": 0}, "Minimum number of workers."),
+    "max_worker": ("query", {"type": "integer", "minimum": 0},
+                   "Maximum number of workers (not below min_worker: 400)."),
+    "number_gpu": ("query", {"type": "integer"}, "Number of GPU workers (ignored, as in 0.12)."),
+    "timeout": ("query", {"type": "integer"}, "Seconds to wait (ignored, as in TorchServe 0.12)."),
+    "limit": ("query", {"type": "integer"}, "Models per page, default: 100."),
+    "next_page_token": ("query", {"type": "integer"}, "The token of the page to return."),
+    "customized": ("query", {"type": "boolean"}, "Include the handler's describe_handle()."),
+    "name[]": ("query", {"type": "string"}, "Names of the metrics to return (repeatable)."),
+    "format": ("query", {"type": "string"},
+               "`json`: the dashboard's figures instead of Prometheus text."),
+    "lines": ("query", {"type": "integer"}, "How many of the newest output lines to return."),
+    "model_name@query": ("query", {"type": "string", "minLength": 1},
+                         "Name of model; may be left out when exactly one model was loaded at "
+                         "startup (else 400)."),
+    "name": ("query", {"type": "string"}, "A label for the new inference key."),
+    "models": ("query", {"type": "string"}, "Models the key may run, comma-separated."),
+    "key_id": ("path", {"type": "string"}, "Id of an inference key."),
+    "file_name": ("path", {"type": "string", "pattern": r"^[^/\\.][^/\\]*\.(mar|tar\.gz|tgz|zip)$"},
+                  "Archive file name: .mar, .tar.gz, .tgz or .zip."),
+    "overwrite": ("query", {"type": "boolean"}, "Replace an archive of that name (else 409)."),
+}  # fmt: skip
 """Keys are parameter names; `name@where` tells two parameters of one name apart."""
+_REQUIRED = {"url"}
 
 
-def _op(operation_id: str, description: str, params: tuple[str, ...] = (), **extra: Any) -> Any:
-    parameters = [
-        {
-            "in": _PARAMS[name][0],
-            "name": name.split("@", 1)[0],
-            "description": _PARAMS[name][2],
-            "required": _PARAMS[name][0] == "path" and name != "url_path",
-            "schema": {"type": _PARAMS[name][1]},
-        }
-        for name in params
-    ]
-    responses = {"200": extra.pop("ok", _JSON_OK), "404": _ERROR, "500": _ERROR}
+def _parameter(name: str, max_workers: int | None) -> dict[str, Any]:
+    where, schema, description = _PARAMS[name]
+    if max_workers is not None and name in ("initial_workers", "min_worker", "max_worker"):
+        schema = {**schema, "maximum": max_workers}
+    return {
+        "in": where,
+        "name": name.split("@", 1)[0],
+        "description": description,
+        "required": (where == "path" and name != "url_path") or name in _REQUIRED,
+        "schema": schema,
+    }
+
+
+def _op(
+    operation_id: str,
+    description: str,
+    params: tuple[str, ...] = (),
+    *,
+    ok: dict[str, Any] = _STATUS_OK,
+    codes: tuple[int, ...] = (200,),
+    errors: tuple[int, ...] = (),
+    max_workers: int | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """One operation: its parameters, `ok` for its success `codes`, TorchServe's error JSON for
+    `_ALWAYS` and its own `errors`; `max_workers` bounds the worker counts."""
+    responses: dict[str, Any] = {str(code): ok for code in codes}
+    for code in sorted({*_ALWAYS, *errors}):
+        responses[str(code)] = _NOT_ALLOWED if code == 405 else _ERROR
+    responses.update(extra.pop("responses", {}))
     return {
         "description": description,
         "operationId": operation_id,
-        "parameters": parameters,
+        "parameters": [_parameter(name, max_workers) for name in params],
         **extra,
         "responses": responses,
     }
@@ -95,24 +154,59 @@ def _op(operation_id: str, description: str, params: tuple[str, ...] = (), **ext
 _M = ("model_name",)
 _MV = ("model_name", "model_version")
 _PREDICT_OK = {"description": "Output data format is defined by each model.", "content": _BINARY}
-_REGISTER: tuple[str, ...] = ("url", "model_name", "handler", "runtime", "batch_size")
+_HANDLER_STATUS = {
+    "default": {
+        "description": "Any status the handler sets (context.set_response_status, "
+        "PredictionException's code), with its own body.",
+        "content": _BINARY,
+    }
+}
+_REGISTER: tuple[str, ...] = ("url", "model_name@register", "handler", "runtime", "batch_size")
 _REGISTER += ("max_batch_delay", "initial_workers", "synchronous", "response_timeout")
 _REGISTER += ("startup_timeout",)
 _KEY = ("name", "models")
 _SCALE = ("min_worker", "max_worker", "number_gpu", "synchronous", "timeout")
+_INFERENCE_ERRORS = (503, 507)  # no worker or a full queue; out of memory
 
 
 def _predict(op_id: str, what: str, params: tuple[str, ...]) -> dict[str, Any]:
-    return {
-        "post": _op(op_id, what, params, requestBody=_BODY, ok=_PREDICT_OK),
-        "options": _op(f"{op_id}Api", "Display details of per model input and output.", params),
+    """A prediction path: POST (and, as in TorchServe, GET, PUT, DELETE and PATCH too, which
+    `curl -T` uses) runs the handler; OPTIONS describes it."""
+    methods = {
+        method: _inference(
+            op_id if method == "post" else f"{op_id}_{method}",
+            what,
+            params,
+            body=method in ("post", "put", "patch"),
+        )
+        for method in ("post", "get", "put", "delete", "patch")
     }
+    methods["options"] = _op(f"{op_id}Api", "Display details of per model input and output.",
+                             params)  # fmt: skip
+    return methods
 
 
-def _paths() -> dict[str, dict[str, Any]]:
+def _inference(
+    op_id: str, what: str, params: tuple[str, ...] = _M, *, body: bool = True
+) -> dict[str, Any]:
+    """An inference operation: any body in, the handler's answer (and statuses) out."""
+    extra: dict[str, Any] = {"requestBody": _BODY} if body else {}
+    return _op(op_id, what, params, ok=_PREDICT_OK, errors=_INFERENCE_ERRORS,
+               responses=_HANDLER_STATUS, **extra)  # fmt: skip
+
+
+def _unsupported(op_id: str) -> dict[str, Any]:
+    """`v2/models/{m}/versions/...`: TorchServe 0.12's 501 {"error": ...} for every method."""
+    return _op(op_id, "Model versioning is not supported: 501, as in TorchServe 0.12.",
+               (*_MV, "url_path"), responses={"501": _VERSIONING})  # fmt: skip
+
+
+def _paths(max_workers: int | None = None) -> dict[str, dict[str, Any]]:
+    """Every path; `max_workers` is the server's `max_workers_per_model` (more is a 400)."""
+    most = max_workers
     describe = ("api-description", "The OpenAPI 3.0.1 description of every API.")
     return {
-        "/": {"options": _op("apiDescription", describe[1])},
+        "/": {"options": _op("rootApiDescription", describe[1])},
         "/api-description": {"get": _op("apiDescription", describe[1])},
         "/ping": {"get": _op("ping", "Health of the server: Healthy or Unhealthy (500).")},
         "/predictions/{model_name}": _predict(
@@ -145,10 +239,10 @@ def _paths() -> dict[str, dict[str, Any]]:
             "legacyVersionPredict", "Legacy MMS prediction of a version.", _MV
         ),
         "/v1/models/{model_name}:predict": {
-            "post": _op("kserveV1Predict", "KServe v1: {instances} in, {predictions} out.", _M)
+            "post": _inference("kserveV1Predict", "KServe v1: {instances} in, {predictions} out.")
         },
         "/v1/models/{model_name}:explain": {
-            "post": _op("kserveV1Explain", "KServe v1: {instances} in, {explanations} out.", _M)
+            "post": _inference("kserveV1Explain", "KServe v1: {instances} in, {explanations} out.")
         },
         "/v1/models/{model_name}": {"get": _op("kserveV1ModelReady", "{name, ready}.", _M)},
         "/v2": {"get": _op("serverMetadata", "Open Inference Protocol server metadata.")},
@@ -157,15 +251,21 @@ def _paths() -> dict[str, dict[str, Any]]:
         "/v2/models/{model_name}": {"get": _op("modelMetadata", "OIP model metadata.", _M)},
         "/v2/models/{model_name}/ready": {"get": _op("modelReady", "OIP model readiness.", _M)},
         "/v2/models/{model_name}/infer": {
-            "post": _op("modelInfer", "Open Inference Protocol inference.", _M)
+            "post": _inference(
+                "modelInfer",
+                "Open Inference Protocol inference (JSON, or the binary tensor extension).",
+            )
         },
         "/v2/models/{model_name}/explain": {
-            "post": _op("modelExplain", "Open Inference Protocol explanation.", _M)
+            "post": _inference("modelExplain", "Open Inference Protocol explanation.")
         },
         "/v2/models/{model_name}/versions/{model_version}/{url_path}": {
-            "post": _op("versionedModelInfer", "Not supported: 501.", (*_MV, "url_path"))
+            method: _unsupported(f"versionedModel_{method}")
+            for method in ("get", "post", "put", "delete")
         },
-        "/metrics": {"get": _op("metrics", "Prometheus metrics.", ("name[]", "format"))},
+        "/metrics": {
+            "get": _op("metrics", "Prometheus metrics.", ("name[]", "format"), ok=_METRICS_OK)
+        },
         "/summary": {
             "get": _op(
                 "summary",
@@ -179,18 +279,51 @@ def _paths() -> dict[str, dict[str, Any]]:
         },
         "/models": {
             "get": _op("listModels", "List registered models.", ("limit", "next_page_token")),
-            "post": _op("registerModel", "Register a new model.", _REGISTER),
+            "post": _op(
+                "registerModel",
+                "Register a new model.",
+                _REGISTER,
+                codes=(200, 202),
+                errors=(409, 507),
+                max_workers=most,
+            ),
         },
         "/models/{model_name}": {
-            "get": _op("describeModel", "Describe the default version.", (*_M, "customized")),
-            "put": _op("setAutoScale", "Scale the default version's workers.", (*_M, *_SCALE)),
-            "delete": _op("unregisterModel", "Unregister the default version.", _M),
+            "get": _op(
+                "describeModel",
+                "Describe the default version.",
+                (*_M, "customized"),
+                ok=_LIST_OK,
+                errors=(503,),
+            ),
+            "put": _op(
+                "setAutoScale",
+                "Scale the default version's workers.",
+                (*_M, *_SCALE),
+                codes=(200, 202, 206),
+                errors=(507,),
+                max_workers=most,
+            ),
+            "delete": _op("unregisterModel", "Unregister the default version.", _M, errors=(408,)),
             "options": _op("modelManagementApi", "This model's management API.", _M),
         },
         "/models/{model_name}/{model_version}": {
-            "get": _op("versionDescribeModel", "Describe a version, or all.", (*_MV, "customized")),
-            "put": _op("versionSetAutoScale", "Scale a version's workers.", (*_MV, *_SCALE)),
-            "delete": _op("versionUnregisterModel", "Unregister a version.", _MV),
+            "get": _op(
+                "versionDescribeModel",
+                "Describe a version, or all.",
+                (*_MV, "customized"),
+                ok=_LIST_OK,
+                errors=(503,),
+            ),
+            "put": _op(
+                "versionSetAutoScale",
+                "Scale a version's workers.",
+                (*_MV, *_SCALE),
+                codes=(200, 202, 206),
+                errors=(507,),
+                max_workers=most,
+            ),
+            "delete": _op("versionUnregisterModel", "Unregister a version.", _MV, errors=(408,)),
         },
         "/models/{model_name}/{model_version}/set-default": {
             "put": _op("setDefault", "Make a version the default.", _MV)
@@ -215,13 +348,16 @@ def _paths() -> dict[str, dict[str, Any]]:
                 "Save the body (an archive) in the model store; 201 new, 409 taken.",
                 ("file_name", "overwrite"),
                 requestBody={"description": "The archive.", "content": _ARCHIVE},
+                codes=(200, 201),
+                errors=(409,),
             )
         },
     }
 
 
-def api_description() -> dict[str, Any]:
-    """The OpenAPI 3.0.1 document of every route under the serve prefix."""
+def api_description(max_workers: int | None = None) -> dict[str, Any]:
+    """The OpenAPI 3.0.1 document of every route under the serve prefix (`max_workers`: the
+    server's `max_workers_per_model`, the most workers a register or scale may ask for)."""
     return {
         "openapi": "3.0.1",
         "info": {
@@ -229,7 +365,7 @@ def api_description() -> dict[str, Any]:
             "description": "Serve PyTorch models from the Jupyter server.",
             "version": __version__,
         },
-        "paths": _paths(),
+        "paths": _paths(max_workers),
     }
 
 
@@ -263,9 +399,14 @@ class ApiDescriptionRoute(ServeRoute):
 
     @allow(READ)
     def get(self) -> None:
-        self.write_json(api_description())
+        self.write_json(served_description(self))
 
     options_document = get
+
+
+def served_description(route: ServeRoute) -> dict[str, Any]:
+    """The document of the route's server (its `max_workers_per_model` bounds worker counts)."""
+    return api_description(int(route.settings["serve_app"].max_workers_per_model))
 
 
 class RootRoute(ServeRoute):
@@ -273,7 +414,7 @@ class RootRoute(ServeRoute):
 
     @allow(READ)
     def options_document(self) -> None:
-        self.write_json(api_description())
+        self.write_json(served_description(self))
 
 
 ROUTES: list[tuple[str, type[Any]]] = [
