@@ -296,8 +296,12 @@ def test_the_dashboard_widget_renders_in_a_notebook(lab: Lab) -> None:
     if asked.is_visible():  # JupyterLab asks when the kernel specs came after the notebook
         lab.accept("Select")
     expect(idle).to_be_visible()
+    lab.page.locator(".jp-Notebook .jp-Cell").first.click()  # the notebook is the current widget
     lab.page.locator(".lm-MenuBar-item", has_text="Run").click()
-    lab.page.locator('.lm-Menu-item[data-command="runmenu:run-all"]').click()
+    run_all = lab.page.locator('.lm-Menu-item[data-command="runmenu:run-all"]')
+    expect(run_all).not_to_have_class(re.compile("lm-mod-disabled"))
+    run_all.click()
+    expect(lab.page.locator(".jp-InputPrompt", has_text="[2]:")).to_be_visible()
     widget = lab.page.locator(".jp-OutputArea-output .widget-button", has_text="Scale")
     expect(widget.first).to_be_visible()
     expect(lab.page.locator(".jp-OutputArea-output")).to_contain_text("demo version")

@@ -106,15 +106,21 @@ class Tabs {
   });
 }
 
+/** Every command of the extension (the panel's, registering, and per model version). */
 export function addCommands(
   app: JupyterFrontEnd,
   ctx: IActionContext,
   browser: IFileBrowserFactory | null
-): Tabs {
-  const { commands } = app;
-  const tabs = new Tabs(app);
-  const model = ctx.model;
+): void {
+  addPanelCommands(app, ctx);
+  addRegisterCommands(app, ctx, browser);
+  addVersionCommands(app, ctx);
+  addTabCommands(app, ctx);
+}
 
+function addPanelCommands(app: JupyterFrontEnd, ctx: IActionContext): void {
+  const { commands } = app;
+  const model = ctx.model;
   commands.addCommand(CommandIDs.openPanel, {
     label: 'Open the Serving Panel',
     caption: 'Show the models jupyter_serve is serving',
@@ -131,6 +137,14 @@ export function addCommands(
     isToggled: () => model.paused,
     execute: () => model.togglePaused()
   });
+}
+
+function addRegisterCommands(
+  app: JupyterFrontEnd,
+  ctx: IActionContext,
+  browser: IFileBrowserFactory | null
+): void {
+  const { commands } = app;
   commands.addCommand(CommandIDs.register, {
     label: 'Register a Model…',
     caption: 'Register an archive of the model store, a path or an allowed URL',
@@ -167,6 +181,11 @@ export function addCommands(
       }
     }
   });
+}
+
+function addVersionCommands(app: JupyterFrontEnd, ctx: IActionContext): void {
+  const { commands } = app;
+  const model = ctx.model;
   commands.addCommand(CommandIDs.scale, {
     label: args => (args.name ? 'Scale' : 'Scale a Model…'),
     caption: 'Set the number of workers of a model version',
@@ -212,6 +231,11 @@ export function addCommands(
       }
     }
   });
+}
+
+function addTabCommands(app: JupyterFrontEnd, ctx: IActionContext): void {
+  const { commands } = app;
+  const tabs = new Tabs(app);
   commands.addCommand(CommandIDs.openLog, {
     label: args => (args.name ? 'Log' : 'Open a Model Log…'),
     caption: "Follow a model version's worker output in a tab",
@@ -238,7 +262,6 @@ export function addCommands(
       }
     }
   });
-  return tabs;
 }
 
 /** The file browser's selected item when it is something the server can serve. */
