@@ -195,10 +195,22 @@ async def test_v2_server_routes(jp_fetch: Fetch, jp_serverapp: Any) -> None:
     assert model_ready == {"name": "probe", "ready": True}
 
 
-async def test_v2_versioned_paths_are_501(jp_fetch: Fetch, jp_serverapp: Any) -> None:
+async def test_v2_versioned_infer_serves_that_version_other_versioned_paths_are_501(
+    jp_fetch: Fetch, jp_serverapp: Any
+) -> None:
+    """KServe and Triton serve `versions/{v}/infer` (tritonclient's model_version); TorchServe
+    0.12 answers 501 there, and jupyter_serve still does on the other versioned paths."""
+    await register(jp_serverapp, version="2.0")
+    await register(jp_serverapp, version="3.0")
+    inputs = {"inputs": [{"name": "x", "shape": [1], "datatype": "INT64", "data": [5]}]}
+    answer = await post_json(jp_fetch, "v2", "models", "probe", "versions", "3.0", "infer",
+                             data=inputs)  # fmt: skip
+    assert (answer["model_version"], answer["outputs"][0]["data"]) == ("3.0", [5])
+    with pytest.raises(HTTPClientError) as unknown:
+        await post_json(jp_fetch, "v2", "models", "probe", "versions", "9.9", "infer", data=inputs)
+    assert unknown.value.code == 404
     with pytest.raises(HTTPClientError) as caught:
-        await jp_fetch("serve", "v2", "models", "probe", "versions", "1.0", "infer",
-                       method="POST", body=b"{}")  # fmt: skip
+        await jp_fetch("serve", "v2", "models", "probe", "versions", "2.0", "ready")
     assert caught.value.code == 501
     assert caught.value.response is not None
     assert json.loads(caught.value.response.body) == {

@@ -152,3 +152,13 @@ async def test_a_binary_request_over_max_request_size_is_413(
         headers={"Inference-Header-Content-Length": str(len(header))}, raise_error=False,
     )  # fmt: skip
     assert response.code == 413
+
+
+async def test_tritonclient_model_version_reaches_that_version(
+    jp_serverapp: Any, client_args: dict[str, Any]
+) -> None:
+    await register(jp_serverapp, name="doubler", version="2.0", source=DOUBLER)
+    inputs = [tensor("i", np.array([3], dtype=np.int64), "INT64")]
+    result = await asyncio.to_thread(infer, client_args, inputs, model_version="2.0")
+    assert result.get_response()["model_version"] == "2.0"
+    assert result.as_numpy("i").tolist() == [6]

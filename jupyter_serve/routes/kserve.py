@@ -16,6 +16,8 @@ Here the route does it, so every model answers these routes without a setting:
   `binary_data_size`, binary outputs on request) works both ways, as in KServe's
   Python server and Triton; a binary BYTES input reaches the handler as a
   `bytearray` (a raw parameter), as TorchServe passes raw bodies.
+  `v2/models/{m}/versions/{v}/infer` (and `/explain`) serve that version, as KServe and
+  Triton do (TorchServe 0.12 answers 501); other versioned v2 paths stay 501.
 
 Items go through the model's batcher one by one, so they batch with other
 traffic up to the model's batch size. A handler output that is JSON is used
@@ -176,11 +178,12 @@ class KServeRoute(InferenceRoute):
     _queue_ms = 0.0
     _items: asyncio.Future[list[InferenceResult]] | None = None
     _left: asyncio.Future[None] | None = None
+    version: str | None = None  # the version a versioned v2 path names
 
     async def run_items(self, name: str, items: list[Any], explain: bool) -> list[Any] | None:
         """The handler's outputs for `items`, or None when the answer was sent (a non-2xx
         result) or will not be (dropped, or the client has gone)."""
-        served = self._served = find_model(self.settings, name, None)
+        served = self._served = find_model(self.settings, name, self.version)
         served.check_workers()
         base = to_inference_request(self.request, self.request_id, explain=explain)
         requests = [
@@ -238,14 +241,14 @@ class KServeRoute(InferenceRoute):
 
     def enveloped_by_worker(self, name: str) -> bool:
         """With `service_envelope` set, TorchServe's worker reads the envelope: pass it on."""
-        return bool(self.registry.get(name, None).spec.envelope)
+        return bool(self.registry.get(name, self.version).spec.envelope)
 
     async def pass_through(self, name: str, explain: bool) -> None:
         """No envelope: the request and the answer as TorchServe without `service_envelope`."""
 
         def prepare() -> Job:
             request = to_inference_request(self.request, self.request_id, explain=explain)
-            return Job(name, None, request)
+            return Job(name, self.version, request)
 
         await self.respond(prepare)
 
@@ -267,10 +270,13 @@ class V1InferRoute(KServeRoute):
 
 
 class V2InferRoute(KServeRoute):
-    """`POST v2/models/{m}/infer` and `/explain`."""
+    """`POST v2/models/{m}[/versions/{v}]/infer` and `/explain` (a version named in the path is
+    served, as KServe and Triton serve it; TorchServe 0.12 answers those paths 501)."""
 
     @allow(EXECUTE)
-    async def post(self, name: str, action: str) -> None:
+    async def post(self, name: str, *version_and_action: str) -> None:
+        *version, action = version_and_action
+        self.version = version[0] if version else None
         envelope = None if self.enveloped_by_worker(name) else self.v2_envelope()
         if envelope is None:
             await self.pass_through(name, action == "explain")
@@ -280,7 +286,7 @@ class V2InferRoute(KServeRoute):
         outputs = await self.run_items(name, rows, action == "explain")
         if outputs is None:
             return
-        spec = self.registry.get(name).spec
+        spec = self.registry.get(name, self.version).spec
         names = [str(row.get("name", f"input-{i}")) for i, row in enumerate(rows)]
         response = {
             "id": str(data.get("id") or "").strip() or self.request_id,
@@ -373,7 +379,7 @@ class ReadyRoute(ServeRoute):
 
 
 class VersionedRoute(ServeRoute):
-    """`v2/models/{m}/versions/...`: 501, as TorchServe (no versions in its OIP routes)."""
+    """`v2/models/{m}/versions/...` but infer and explain: 501, as TorchServe answers."""
 
     @allow(READ)
     def _unsupported(self, *args: str) -> None:
@@ -388,6 +394,7 @@ ROUTES: list[tuple[str, type[Any]]] = [
     (r"v2/?", ServerMetadataRoute),
     (r"v2/health/live", LiveRoute),
     (r"v2/health/ready", ReadyRoute),
+    (r"v2/models/([^/]+)/versions/([^/]+)/(infer|explain)", V2InferRoute),
     (r"v2/models/([^/]+)/versions/.+", VersionedRoute),
     (r"v2/models/([^/]+)/(infer|explain)", V2InferRoute),
     (r"v2/models/([^/]+)/ready", ModelReadyRoute),

@@ -197,7 +197,7 @@ def _inference(
 
 def _unsupported(op_id: str) -> dict[str, Any]:
     """`v2/models/{m}/versions/...`: TorchServe 0.12's 501 {"error": ...} for every method."""
-    return _op(op_id, "Model versioning is not supported: 501, as in TorchServe 0.12.",
+    return _op(op_id, "Other versioned v2 paths: 501, as in TorchServe 0.12.",
                (*_MV, "url_path"), responses={"501": _VERSIONING})  # fmt: skip
 
 
@@ -258,6 +258,16 @@ def _paths(max_workers: int | None = None) -> dict[str, dict[str, Any]]:
         },
         "/v2/models/{model_name}/explain": {
             "post": _inference("modelExplain", "Open Inference Protocol explanation.")
+        },
+        "/v2/models/{model_name}/versions/{model_version}/infer": {
+            "post": _inference(
+                "versionModelInfer",
+                "OIP inference of a version (TorchServe 0.12: 501; KServe and Triton serve it).",
+                _MV,
+            )
+        },
+        "/v2/models/{model_name}/versions/{model_version}/explain": {
+            "post": _inference("versionModelExplain", "OIP explanation of a version.", _MV)
         },
         "/v2/models/{model_name}/versions/{model_version}/{url_path}": {
             method: _unsupported(f"versionedModel_{method}")
