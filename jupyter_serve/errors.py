@@ -6,6 +6,7 @@ its error JSON, so that `{"code", "type", "message"}` bodies match TorchServe's:
     * ServeError                 500  InternalServerException
       x BadRequest               400  BadRequestException
         + ArchiveError           400  InvalidModelException   (a malformed or unsafe archive)
+          - NotAnArchive         400  InvalidModelException   (neither zip nor tar.gz)
           - UnsafeArchive        400  InvalidModelException   (zip-slip, link escape, zip bomb)
         + DownloadArchive        400  DownloadArchiveException (a model url failed to download)
       x Forbidden                403  ForbiddenException      (no credentials; not authorized)
@@ -73,6 +74,10 @@ class ArchiveError(BadRequest):
     """A model archive or its manifest is malformed, or an archive cannot be built."""
 
     error_type = "InvalidModelException"
+
+
+class NotAnArchive(ArchiveError):
+    """A file given as an archive is neither a zip nor a tar.gz."""
 
 
 class UnsafeArchive(ArchiveError):

@@ -646,3 +646,16 @@ class TestArchiveLimits:
         assert (await call(jp_fetch, "GET", "models"))[1] == {"models": []}
         assert not [p for p in Path(serve_app.workdir).rglob("*") if p.is_file()]
         assert (await register(jp_fetch, build("small")))[0] == 200
+
+
+async def test_a_file_that_is_no_archive_gets_torchserves_answer_and_the_reason(
+    jp_fetch: Fetch, serve_app: Any
+) -> None:
+    """TorchServe 0.12 answered 400 InvalidModelException "Model name is not defined." for a
+    corrupt .mar (checked on a real TorchServe); the reason rides along as the cause."""
+    (Path(serve_app.model_store) / "bad.mar").write_bytes(b"corrupt")
+    status, body = await register(jp_fetch, "bad.mar")
+    assert (status, body) == (400, {
+        **error(400, "InvalidModelException", "Model name is not defined.")[1],
+        "cause": "Not a model archive (zip or tar.gz): 'bad.mar'",
+    })  # fmt: skip

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO
 
-from ..errors import ArchiveError, UnsafeArchive
+from ..errors import ArchiveError, NotAnArchive, UnsafeArchive
 from .listing import ArchiveListing, inspect_archive
 from .manifest import MANIFEST_PATH, MAX_MANIFEST_BYTES
 from .members import MAX_HEADER_BYTES, open_tar, safe_member_path, shown
@@ -145,7 +145,7 @@ class _Extractor:
         else:
             tar = open_tar(source)
             if tar is None:
-                raise ArchiveError(f"Not a model archive (zip or tar.gz): {shown(source.name)}")
+                raise NotAnArchive(f"Not a model archive (zip or tar.gz): {shown(source.name)}")
             with tar:
                 self._extract_tar(tar)
         self._check_links()

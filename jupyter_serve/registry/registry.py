@@ -30,11 +30,13 @@ from ..archive import ExtractLimits, check_model_name, extract_mar, read_manifes
 from ..batching import Batcher, no_worker_message
 from ..deps import install_requirements
 from ..errors import (
+    ArchiveError,
     BadRequest,
     ConflictStatus,
     InvalidModelVersion,
     ModelNotFound,
     ModelVersionNotFound,
+    NotAnArchive,
     OutOfResources,
     ServeError,
     ServiceUnavailable,
@@ -51,6 +53,7 @@ log = logging.getLogger(__name__)
 
 PoolFactory = Callable[[ModelSpec, Batcher], WorkerPool]
 ASYNC_MESSAGE = "Processing worker updates..."
+NOT_AN_ARCHIVE = "Model name is not defined."  # TorchServe 0.12's 400 for a file it cannot open
 
 
 @dataclass(frozen=True)
@@ -201,7 +204,10 @@ class ModelRegistry:
         tag = uuid.uuid4().hex
         staging = config.workdir / ".incoming" / tag
         limits = config.extract_limits
-        root = await asyncio.to_thread(extract_mar, source.path, staging, limits=limits)
+        try:
+            root = await asyncio.to_thread(extract_mar, source.path, staging, limits=limits)
+        except NotAnArchive as exc:  # TorchServe's answer (its default manifest has no name)
+            raise ArchiveError(NOT_AN_ARCHIVE, cause=exc.message) from None
         try:
             name = params.model_name or read_manifest(root).model.model_name
             name = name or archive_stem(source.path)
