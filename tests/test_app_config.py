@@ -263,3 +263,26 @@ class TestDefaultWorkdir:
         app = jp_serverapp.web_app.settings["serve_app"]
         assert Path(app.workdir) == server_workdir(jp_data_dir, str(jp_root_dir))
         assert app.registry.snapshot_path.parent == Path(app.workdir)
+
+
+def test_metrics_config_trait_is_read_once_and_a_bad_file_is_a_trait_error(
+    tmp_path: Path,
+) -> None:
+    from traitlets import TraitError
+
+    from jupyter_serve.metrics_config import DEFAULT
+
+    app = ServeApp()
+    assert app.metrics_settings() is DEFAULT
+    good = tmp_path / "metrics.yaml"
+    good.write_text("model_metrics:\n  gauge:\n    - {name: Depth, unit: count, dimensions: []}\n")
+    app.metrics_config = str(good)
+    assert [decl.name for decl in app.metrics_settings().model_metrics] == ["Depth"]
+    assert app.server_defaults().model_metrics == (
+        {"name": "Depth", "unit": "count", "dimensions": [], "type": "gauge"},
+    )
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model_metrics:\n  summary: []\n")
+    app.metrics_config = str(bad)
+    with pytest.raises(TraitError, match="invalid metric type 'summary'"):
+        app.metrics_settings()
