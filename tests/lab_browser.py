@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -125,6 +126,11 @@ class LabServer(ServeProcess):
         self.root = root
         self.store = store
         self.lab_url = f"{self.url.rstrip('/')}{BASE_URL}"
+
+    def stop(self, signum: int = signal.SIGTERM) -> int:
+        """SIGTERM by default: on SIGINT, `jupyter lab` (unlike `jupyter serve`) asks whether
+        to shut down and, with no answer, goes on serving."""
+        return super().stop(signum)
 
     def serve_client(self) -> Any:
         """httpx for `{base_url}serve/` with the token (the test's own requests)."""

@@ -125,7 +125,12 @@ function addPanelCommands(app: JupyterFrontEnd, ctx: IActionContext): void {
     label: 'Open the Serving Panel',
     caption: 'Show the models jupyter_serve is serving',
     icon: servingIcon,
-    execute: () => app.shell.activateById(PANEL_ID)
+    // After the layout is restored: Notebook 7 collapses its left area when it restores a
+    // layout that had none, which would hide a panel opened before.
+    execute: async () => {
+      await app.restored;
+      app.shell.activateById(PANEL_ID);
+    }
   });
   commands.addCommand(CommandIDs.refresh, {
     label: 'Refresh the Serving Panel',

@@ -71,7 +71,10 @@ const plugin: JupyterFrontEndPlugin<void> = {
     restorer?.add(panel, PANEL_ID);
 
     statusBar?.registerStatusItem(`${PLUGIN_ID}:status`, {
-      item: new ServingStatus(model, () => app.shell.activateById(PANEL_ID)),
+      item: new ServingStatus(
+        model,
+        () => void app.commands.execute(CommandIDs.openPanel)
+      ),
       align: 'left',
       rank: 50
     });
@@ -96,7 +99,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
           settings.changed.connect(apply);
           model.start();
           if (settings.get('openOnStart').composite === true) {
-            void app.restored.then(() => app.shell.activateById(PANEL_ID));
+            void app.commands.execute(CommandIDs.openPanel);
           }
         },
         () => model.start()
