@@ -43,6 +43,8 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 SCREENSHOTS = Path(__file__).resolve().parent.parent / "build" / "screenshots"
+# The panel's settings (labextension/schema/plugin.json) as an admin would override them.
+PANEL_SETTINGS = {"refreshInterval": 1, "defaultWorkers": 1, "defaultBatchSize": 2}
 
 # The demo handler printing one line per batch, so its log grows with every prediction.
 PRINTING_HANDLER = HANDLER_SOURCE.replace(
@@ -76,11 +78,15 @@ def jp_server_cleanup() -> None:
 
 
 def lab_settings(root: Path) -> Path:
-    """A JupyterLab settings folder: no news popup, no token in the page config."""
+    """A JupyterLab settings folder: no news popup, the panel's settings, no token in the
+    page config."""
     settings = root / ".lab-settings"
     settings.mkdir(parents=True, exist_ok=True)
     notification = {"fetchNews": "false", "checkForUpdates": False}
-    overrides = {"@jupyterlab/apputils-extension:notification": notification}
+    overrides = {
+        "@jupyterlab/apputils-extension:notification": notification,
+        "jupyter_serve:plugin": PANEL_SETTINGS,
+    }
     (settings / "overrides.json").write_text(json.dumps(overrides))
     (settings / "page_config.json").write_text(json.dumps({"token": ""}))
     return settings

@@ -23,6 +23,7 @@ import pytest
 from lab_browser import (  # jp_*: pytest-jupyter's loop fixtures, switched off here
     BASE_URL,
     HEAT_HANDLER,
+    PANEL_SETTINGS,
     PRINTING_HANDLER,
     TIMEOUT,
     Lab,
@@ -159,8 +160,10 @@ def test_serve_a_mar_from_the_file_browser(lab: Lab) -> None:
     archive.click(button="right")
     lab.page.locator(".lm-Menu-item", has_text="Serve this model").click()
     form = lab.dialog()
-    form.locator('input[name="initial_workers"]').fill("1")
-    form.locator('input[name="batch_size"]').fill("4")
+    batch_size = form.locator('input[name="batch_size"]')
+    expect(batch_size).to_have_value(str(PANEL_SETTINGS["defaultBatchSize"]))  # the settings
+    expect(form.locator('input[name="initial_workers"]')).to_have_value("1")
+    batch_size.fill("4")
     lab.accept("Serve")
     lab.notification("demo/2.0: 1/1 workers ready")
     lab.page.locator(".jp-ServeStatus").click()  # the status-bar item opens the panel
