@@ -16,6 +16,7 @@ bounded by `TIMEOUT`, never a sleep. Screenshots go to `build/screenshots/`
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from PIL import Image
 from serve_process import TOKEN, ServeProcess, jupyter_command
 
 from jupyter_serve.archive import ArchiveSpec, build_mar
@@ -51,18 +53,37 @@ PRINTING_HANDLER = HANDLER_SOURCE.replace(
     "    def handle(self, data, context):\n",
     "    def handle(self, data, context):\n        print(f'handled {len(data)} request(s)')\n",
 )
-# A torch-free handler whose explanations are a 4x4 attribution map (the heat map).
+
+
+def picture(size: tuple[int, int], colour: str = "red") -> bytes:
+    """A PNG of one colour."""
+    buffer = io.BytesIO()
+    Image.new("RGB", size, colour).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+# A torch-free handler: its explanations are a 4x4 attribution map (the heat map), and the
+# text "picture" gets a 3x2 PNG back (an image answer).
 HEAT_HANDLER = """
 MAP = [[1.0, -1.0, 0.5, 0.0], [0.0, 2.0, -2.0, 1.0], [0.2, 0.4, -0.4, 0.0], [3.0, 0.0, 0.0, -3.0]]
+PNG = PNG_BYTES
 
 
 def handle(data, context):
     if not data:
         return None
-    explaining = [context.get_request_header(i, "explain") for i in range(len(data))]
-    return [MAP if asked else {"bytes": len(row.get("body") or b"")}
-            for asked, row in zip(explaining, data)]
-"""
+    answers = []
+    for index, row in enumerate(data):
+        body = row.get("body") or b""
+        if context.get_request_header(index, "explain") == "True":
+            answers.append(MAP)
+        elif body in ("picture", b"picture"):
+            context.set_response_content_type(index, "image/png")
+            answers.append(PNG)
+        else:
+            answers.append({"bytes": len(body)})
+    return answers
+""".replace("PNG_BYTES", repr(picture((3, 2))))
 
 
 @pytest.fixture(autouse=True)

@@ -33,7 +33,7 @@ from lab_browser import (  # jp_*: pytest-jupyter's loop fixtures, switched off 
     jp_asyncio_loop,  # noqa: F401
     jp_server_cleanup,  # noqa: F401
 )
-from PIL import Image
+from lab_browser import picture as png
 from serve_process import TOKEN
 
 from jupyter_serve.demo import CONFIG
@@ -248,16 +248,26 @@ def test_a_failure_is_a_notification_with_torchserve_message(lab: Lab, server: L
     lab.notification(f"Registering missing.mar failed: {message}")
 
 
-def test_an_explanation_shows_a_heat_map(lab: Lab, server: LabServer, tmp_path: Path) -> None:
+def test_an_image_answer_and_an_explanation_heat_map(
+    lab: Lab, server: LabServer, tmp_path: Path
+) -> None:
     with server.serve_client() as client:
         params = {"url": "heat-1.0.mar", "initial_workers": 1, "synchronous": "true"}
         client.post("models", params=params).raise_for_status()
     picture = tmp_path / "input.png"
-    Image.new("RGB", (4, 4), "white").save(picture)  # the input under the heat map
+    picture.write_bytes(png((4, 4), "white"))  # the input under the heat map
     card = lab.card("heat", "1.0")
     expect(card).to_have_attribute("data-status", "healthy")
     card.locator(".jp-ServeModel-try").click()
     tab = lab.page.locator(".jp-ServeTry:visible")
+    tab.locator('input[value="text"]').check()
+    tab.locator("textarea").fill("picture")
+    tab.locator(".jp-ServeTry-send").click()
+    image = tab.locator(".jp-ServeTry-image")
+    expect(image).to_be_visible()  # an image answer is shown as the image
+    assert image.evaluate("img => [img.naturalWidth, img.naturalHeight]") == [3, 2]
+    assert "image/png" in tab.locator(".jp-ServeTry-status").inner_text()
+
     tab.locator(".jp-ServeTry-route").select_option("explanations")
     tab.locator('input[value="file"]').check()
     tab.locator('input[type="file"]').set_input_files(str(picture))
@@ -314,7 +324,8 @@ def test_the_dashboard_widget_renders_in_a_notebook(lab: Lab) -> None:
 def test_the_panel_opens_in_notebook_7_from_the_palette(lab: Lab) -> None:
     lab.page.goto(f"{lab.server.lab_url}notebooks/dashboard.ipynb")
     lab.page.locator(".jp-Notebook").wait_for()
-    lab.page.keyboard.press("Control+Shift+C")
+    lab.page.locator(".lm-MenuBar-item", has_text="View").click()  # there once the app runs
+    lab.page.locator('.lm-Menu-item[data-command="apputils:activate-command-palette"]').click()
     lab.page.locator(".lm-CommandPalette-input").fill("Open the Serving Panel")
     item = lab.page.locator('.lm-CommandPalette-item[data-command="jupyter-serve:open-panel"]')
     expect(item).to_have_class(re.compile("lm-mod-active"))
