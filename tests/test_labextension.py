@@ -229,6 +229,8 @@ def test_try_it_and_follow_the_log(lab: Lab, server: LabServer) -> None:
     assert f"{BASE_URL}serve/predictions/demo/2.0" in curl
     assert "$JUPYTER_TOKEN" in curl
     assert TOKEN not in curl
+    tab.locator(".jp-ServeTry-copy").click()
+    lab.notification("Copied the curl command")
     lab.screenshot("try-it", tab)
     lab.screenshot("jupyterlab")  # the panel beside the Try-it tab (README's picture)
 
