@@ -6,14 +6,22 @@ an eager model is the single `nn.Module` subclass defined in the manifest's
 `modelFile`, with the `serializedFile` state dict loaded into it
 (`weights_only=True`); a `serializedFile` alone is TorchScript, or ONNX when it
 ends in `.onnx`. torch is imported inside the functions, never at import time.
+
+Eager weights are shared (`load_shared_weights`): the state dict file is mapped,
+not read, and its tensors become the model's, so on the CPU every worker of a
+model version uses the same page-cache pages of the extracted file instead of a
+private copy each.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import logging
+import pickle
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -22,6 +30,8 @@ from .utils import list_classes_from_module
 
 if TYPE_CHECKING:
     import torch
+
+log = logging.getLogger(__name__)
 
 
 def choose_device(gpu_id: int | None, *, cuda: bool, mps: bool = False) -> str:
@@ -96,14 +106,60 @@ def model_class(module: ModuleType) -> type[torch.nn.Module]:
 def load_eager_model(
     model_file: Path, weights: Path | None, device: torch.device
 ) -> torch.nn.Module:
-    """Build the model class of `model_file` and load the `weights` state dict."""
+    """Build the model class of `model_file` and load the `weights` state dict (shared)."""
+    build = model_class(import_model_file(model_file))
+    model = build()
+    if weights is not None:
+        model = load_shared_weights(model, weights, device, rebuild=build)
+    return model.to(device)
+
+
+def load_shared_weights(
+    model: torch.nn.Module,
+    path: Path,
+    device: torch.device | str = "cpu",
+    rebuild: Callable[[], torch.nn.Module] | None = None,
+) -> torch.nn.Module:
+    """`model` with the state dict at `path`, mapped rather than copied where it can be.
+
+    ``torch.load(path, mmap=True, weights_only=True)`` maps the file and
+    ``model.load_state_dict(state, assign=True)`` makes its tensors the model's own,
+    so on the CPU the weights stay page-cache pages of the file, shared by every
+    process that maps it. Where that cannot be done (a file in torch's legacy
+    format, a tensor whose dtype differs from the model's, a model that refuses
+    `assign`), a debug line says why and the state dict is loaded as before, into a
+    fresh model from `rebuild` if given (else into `model`), as a private copy.
+    Custom handlers can call this too (see the README's memory section).
+
+    Returns:
+        The model holding the weights: `model`, or the rebuilt one after a fallback.
+    """
     import torch
 
-    model = model_class(import_model_file(model_file))()
-    if weights is not None:
-        state = torch.load(weights, map_location=device, weights_only=True)
-        model.load_state_dict(state)
-    return model.to(device)
+    try:
+        state = torch.load(path, map_location=device, weights_only=True, mmap=True)
+        reason = _why_not_assignable(model, state)
+        if reason is None:
+            model.load_state_dict(state, assign=True)
+            return model
+    except (RuntimeError, TypeError, ValueError, OSError, pickle.UnpicklingError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    log.debug("Loading %s as a private copy, not mapped: %s", path.name, reason)
+    target = rebuild() if rebuild is not None else model
+    target.load_state_dict(torch.load(path, map_location=device, weights_only=True))
+    return target
+
+
+def _why_not_assignable(model: torch.nn.Module, state: Any) -> str | None:
+    """Why `state`'s tensors cannot simply become `model`'s (None: they can)."""
+    if not isinstance(state, dict):
+        return f"the file holds a {type(state).__name__}, not a state dict"
+    own = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    for name, tensor in state.items():
+        mine = own.get(name)
+        if mine is not None and getattr(tensor, "dtype", mine.dtype) != mine.dtype:
+            return f"{name} is {tensor.dtype} in the file but {mine.dtype} in the model"
+    return None
 
 
 def load_torchscript_model(path: Path, device: torch.device) -> torch.nn.Module:

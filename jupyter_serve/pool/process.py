@@ -223,9 +223,10 @@ class WorkerProcess:
         return lambda text: self.note(text, level)
 
     async def _wait_exit(self) -> None:
-        self.returncode = await self._process.wait()
-        self.note(f"Worker exited with code {self.returncode}")
+        """Record the exit; `exited` is set even if this watch is cancelled (loop closing)."""
         try:
+            self.returncode = await self._process.wait()
+            self.note(f"Worker exited with code {self.returncode}")
             if self.on_exit is not None:
                 self.on_exit(self)
         finally:
@@ -255,7 +256,7 @@ class WorkerProcess:
 
     def signal(self, signum: int) -> None:
         """Send `signum` to the process group (nothing once the process exited)."""
-        if self._process.returncode is not None or self.exited.is_set():
+        if self._process.returncode is not None:
             return
         try:
             os.killpg(self._process.pid, signum)  # its own session: the pgid is its pid
@@ -289,6 +290,8 @@ class WorkerProcess:
             self.note(f"Worker still running {grace:g} s after SIGTERM: killing it")
             self.signal(signal.SIGKILL)
             await self.exited.wait()
+        if self.returncode is None:  # the exit watch was cancelled, not the process seen gone
+            self.signal(signal.SIGKILL)
 
     async def _reap(self, grace: float) -> None:
         """Wait for the exit and the output pumps; a grandchild holding the pipes open is not."""
