@@ -220,7 +220,7 @@ class ServeMetrics:
         if spec.model_metrics:
             self.declare_model_metrics(spec.model_metrics)
         for metric in metrics:
-            self.record_handler_metric(metric)
+            self.record_handler_metric(metric, spec.model_name)
 
     def record_handler_metric(self, metric: Mapping[str, Any], model_name: str = "") -> None:
         """One observation from a worker's `context.metrics`; what does not fit is logged."""
