@@ -78,7 +78,10 @@ class MetricFamily:
         """Add (counter), set (gauge) or observe (histogram) `value` for these label values."""
         if not self.fits(values):
             raise ValueError(f"{self.name} has labels {list(self.labelnames)}, got {list(values)}")
-        key = tuple(str(v) for v in values)
+        self.add(tuple(str(v) for v in values), value)
+
+    def add(self, key: tuple[str, ...], value: float) -> None:
+        """`update` for a key already checked: one label value (a str) per label name."""
         with self._lock:
             if self.kind == "gauge":
                 self._values[key] = value

@@ -146,6 +146,8 @@ class ServeMetrics:
         self._host_source = host_source
         for decl in config.ts_metrics:
             self._add_family(metric_name(decl.name), decl.unit, decl.kind, decl.dimensions, "ts")
+        # the server's own families, fixed from here on (a name keeps its first declaration)
+        self._own = {name: f for name, f in self._families.items() if f.owner == "ts"}
         self.declare_model_metrics(config.model_metrics)
 
     # ---- the server's own metrics ----
@@ -294,11 +296,12 @@ class ServeMetrics:
         """The model version's stats, created on first use (the caller holds the lock)."""
         return self._models.setdefault((model, version), _ModelStats(self._window))
 
-    def _record(self, name: str, values: Sequence[str], value: float) -> None:
-        """Update one of the server's own metrics, if the metrics_config has it as given."""
-        family = self._families.get(name)
-        if family is not None and family.owner == "ts" and family.fits(values):
-            family.update(values, value)
+    def _record(self, name: str, values: tuple[str, ...], value: float) -> None:
+        """Update one of the server's own metrics, if the metrics_config has it as given
+        (called for every answered request: one lookup, no re-validation)."""
+        family = self._own.get(name)
+        if family is not None and len(values) == len(family.labelnames):
+            family.add(values, value)
 
     def _scraped(self, families: list[MetricFamily]) -> dict[str, MetricFamily]:
         """Fresh families for the host and GPU gauges among `families`, read now."""
