@@ -31,6 +31,7 @@ from PIL import Image
 from serve_process import TOKEN, ServeProcess, jupyter_command
 
 from jupyter_serve.archive import ArchiveSpec, build_mar
+from jupyter_serve.client import TOKEN_ENV, URL_ENV
 from jupyter_serve.demo import HANDLER_SOURCE, build_demo
 
 BASE_URL = "/jp/serve-panel/"  # non-default: every URL the extension builds must honour it
@@ -149,7 +150,10 @@ class LabServer(ServeProcess):
         ]
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             args.append("--allow-root")  # CI and these machines run as root
-        super().__init__(root, args, command=[*jupyter_command(), "lab"])
+        # The notebook's kernel must find this server by its runtime file, not by a
+        # JUPYTER_SERVE_URL an in-process magics test left in os.environ (magics.py sets it).
+        unset = {URL_ENV: "", TOKEN_ENV: ""}
+        super().__init__(root, args, command=[*jupyter_command(), "lab"], env=unset)
         self.root = root
         self.store = store
         self.lab_url = f"{self.url.rstrip('/')}{BASE_URL}"

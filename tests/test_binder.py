@@ -71,7 +71,8 @@ def _copy_repository(target: Path) -> Path:
 
 def _venv_env(venv: Path) -> dict[str, str]:
     """This process's environment with the venv first on PATH, as if activated."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JPY_", "PYTHON"))}
+    prefixes = ("JPY_", "PYTHON", "JUPYTER_SERVE_")  # JUPYTER_SERVE_URL: magics tests set it
+    env = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
     env.pop("VIRTUAL_ENV", None)
     return {**env, "VIRTUAL_ENV": str(venv), "PATH": f"{venv / 'bin'}{os.pathsep}{env['PATH']}"}
 
