@@ -1,14 +1,13 @@
-"""Register -> first prediction on `jupyter serve`, with and without a warm spare worker.
+"""Register -> first prediction on `jupyter serve`, workers forked from the factory or fresh.
 
     python bench/register_timing.py [--model mlp] [--repeats 5] [--out register.json]
 
 Starts two `jupyter serve` processes on the benchmark's model store, one with
-`--ServeApp.spare_workers=1` (the default) and one with `=0`. Each registers and
-unregisters the echo model once (some model has started a worker, so the first
-spare starts), then, `repeats` times and alternating between the two servers:
-wait until the server is idle (`settle()`: its spare, if any, has finished
-importing torch), register `model` synchronously with one worker (batch 1),
-time until its first good prediction exactly as run.py does, unregister.
+`--ServeApp.fork_workers=True` (the default) and one with `=False`. Each registers
+and unregisters the echo model once (some model has started a worker, so the
+worker factory is up), then, `repeats` times and alternating between the two
+servers: register `model` synchronously with one worker (batch 1), time until its
+first good prediction exactly as run.py does, unregister.
 Prints the times in seconds and their medians, and writes them as JSON with
 `--out`. TorchServe is not started: compare with run.py's register rows.
 """
@@ -30,12 +29,11 @@ import servers
 import workloads
 from run import first_prediction, target
 
-SETTINGS = {"spare": "--ServeApp.spare_workers=1", "cold": "--ServeApp.spare_workers=0"}
+SETTINGS = {"forked": "--ServeApp.fork_workers=True", "fresh": "--ServeApp.fork_workers=False"}
 
 
 def time_register(server: servers.JupyterServe, workload: workloads.Workload) -> float:
     """Seconds from the register call to the first good prediction."""
-    server.settle()
     began = time.perf_counter()
     server.register(workload.model, 1, 5, 1)
     first_prediction(target(server, workload))
@@ -80,7 +78,7 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
     medians = {name: statistics.median(values) for name, values in times.items()}
     result = {"model": args.model, "times_s": times, "median_s": medians}
-    result["spare_vs_cold"] = round(medians["spare"] / medians["cold"], 3)
+    result["forked_vs_fresh"] = round(medians["forked"] / medians["fresh"], 3)
     print(json.dumps(result, indent=1))
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")

@@ -90,8 +90,14 @@ def _inprocess_limit(inprocess: Record, model: str, batch: str) -> float | None:
     return alongside if alongside is not None else _inprocess_best(inprocess, model, batch)
 
 
-def _registermedian(registers: list[Record], server: str, model: str) -> float | None:
-    chosen = [r for r in registers if (r["server"], r["model"]) == (server, model)]
+def _registermedian(
+    registers: list[Record], server: str, model: str, workers: str = "1w"
+) -> float | None:
+    """The median register-to-ready time of `model` over the configurations with `workers`."""
+    chosen = [
+        r for r in registers
+        if (r["server"], r["model"]) == (server, model) and r["config"].endswith(workers)
+    ]  # fmt: skip
     return median([r["ready_s"] for r in chosen])
 
 
@@ -139,6 +145,9 @@ def ratios(results: Record) -> dict[str, float | None]:
         "register_ready_vs_torchserve": _ratio(
             _registermedian(registers, JS, "mlp"), _registermedian(registers, TS, "mlp")
         ),
+        "register_ready_2w_vs_torchserve": _ratio(
+            _registermedian(registers, JS, "mlp", "2w"), _registermedian(registers, TS, "mlp", "2w")
+        ),
         "register_ready_echo_vs_torchserve": _ratio(
             _registermedian(registers, JS, "echo"), _registermedian(registers, TS, "echo")
         ),
@@ -147,6 +156,27 @@ def ratios(results: Record) -> dict[str, float | None]:
         ),
         "server_rss_vs_torchserve_jvm": _ratio(added, ts_rss),
         "server_rss_total_vs_torchserve_jvm": _ratio(js_rss, ts_rss),
+        **memory_ratios(results.get("memory", {})),
+    }
+
+
+def memory_ratios(memory: Record) -> dict[str, float | None]:
+    """The memory part's ratios (bench/memory.py's records of each server)."""
+    js, ts = memory.get(JS, {}), memory.get(TS, {})
+
+    def weights(record: Record, kind: str) -> float | None:
+        figures = record.get("weights", {})
+        if "1w" not in figures:
+            return None
+        base = 0 if kind == "workers_pss" else figures["tree_pss_without"]
+        return _ratio(figures["4w"][kind] - base, figures["1w"][kind] - base)
+
+    return {
+        "worker_pss_vs_torchserve": _ratio(js.get("worker_pss"), ts.get("worker_pss")),
+        "weights_4w_vs_1w": weights(js, "workers_pss"),
+        "weights_4w_vs_1w_tree": weights(js, "tree_pss"),
+        "torchserve_weights_4w_vs_1w": weights(ts, "workers_pss"),
+        "idle_server_pss_vs_torchserve": _ratio(js.get("idle_tree_pss"), ts.get("idle_tree_pss")),
     }
 
 
@@ -221,23 +251,38 @@ def _inprocess_lines(results: Record) -> list[str]:
     return lines
 
 
+def _memory_lines(results: Record) -> list[str]:
+    lines = [
+        "| server | tree, echo 1 worker | one more echo worker | big: workers' PSS 1w / 4w "
+        "| big: tree over no model 1w / 4w |",
+        "|---|---|---|---|---|",
+    ]
+    for server, row in results.get("memory_summary", {}).items():
+        workers, tree = row["weights_workers_pss_mib"], row["weights_tree_pss_over_no_model_mib"]
+        cells = [
+            server, _fmt(row["idle_tree_pss_mib"]), _fmt(row["worker_pss_mib"]),
+            f"{_fmt(workers['1w'])} / {_fmt(workers['4w'])}",
+            f"{_fmt(tree['1w'])} / {_fmt(tree['4w'])}",
+        ]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
 def markdown(results: Record) -> str:
     meta = results["meta"]
-    parts = [
-        f"# jupyter_serve vs TorchServe 0.12: {meta['date']} ({meta['mode']})",
-        f"\nMachine: {meta['machine']}",
-        "\n## Ratios\n",
-        "| ratio | value |\n|---|---|",
-        *(f"| {k} | {_fmt(v, 3)} |" for k, v in results["ratios"].items()),
-        "\n## Serving points (medians of repeats)\n",
-        *_points_table(results["summary"]),
-        "\n## Cold start and server memory\n",
-        *_startup_lines(results),
-        "\n## Register to first prediction\n",
-        *_register_lines(results),
-        "\n## RSS after each configuration's load\n",
-        *_worker_lines(results),
-        "\n## In-process forward (samples/s, the limit)\n",
-        *_inprocess_lines(results),
-    ]
+    sections = [
+        ("Ratios", ["| ratio | value |", "|---|---|",
+                    *(f"| {k} | {_fmt(v, 3)} |" for k, v in results["ratios"].items())]),
+        ("Serving points (medians of repeats)", _points_table(results["summary"])),
+        ("Cold start and server memory", _startup_lines(results)),
+        ("Register to ready (first good prediction)", _register_lines(results)),
+        ("Memory (PSS from /proc/PID/smaps_rollup, MiB)", _memory_lines(results)),
+        ("RSS after each configuration's load", _worker_lines(results)),
+        ("In-process forward (samples/s, the limit)", _inprocess_lines(results)),
+    ]  # fmt: skip
+    parts = [f"# jupyter_serve vs TorchServe 0.12: {meta['date']} ({meta['mode']})",
+             f"\nMachine: {meta['machine']}"]  # fmt: skip
+    for title, lines in sections:
+        if len(lines) > 2:  # more than a table's header: something was measured
+            parts += [f"\n## {title}\n", *lines]
     return "\n".join(parts) + "\n"

@@ -1,6 +1,6 @@
 """Benchmark jupyter_serve against TorchServe 0.12 and the in-process limit, in one run.
 
-    python bench/run.py [--quick] [--no-torchserve] [--no-omp1] [--soak] --out results.json
+    python bench/run.py [--quick|--memory] [--no-torchserve] [--no-omp1] [--soak] --out out.json
 
 Builds echo / mlp / cnn `.mar` files once with jupyter_serve's archiver and
 serves the SAME files from `jupyter serve` and from TorchServe 0.12.0 (its own
@@ -11,10 +11,13 @@ loop; `--rate` adds an open-loop point), repeats interleaved server by server so
 the machine's noise falls on both. A bare tornado echo (bench/ceiling.py, the
 most any tornado frontend can serve here) joins echo's batch8-5ms/1w points.
 Full mode also runs both servers with OMP_NUM_THREADS=1 ("+omp1") for the
-2-worker configuration. The load generator is pinned to the last core while it
-measures. Writes the JSON (every point, the medians in `summary`, `ratios`) and a
-markdown report beside it (`.md`).
-`--quick` (the CI smoke check) takes about two minutes without TorchServe.
+2-worker configuration, then the memory part (bench/memory.py: PSS of each
+server's process tree, one more worker, 200 MiB of weights at 1 and 4 workers,
+register to ready with 1 and 2 workers). The load generator is pinned to the
+last core while it measures. Writes the JSON (every point, the medians in
+`summary`, `ratios`) and a markdown report beside it (`.md`).
+`--quick` (the CI smoke check) takes about two minutes without TorchServe and
+skips the memory part; `--memory` runs only the memory part (a few minutes).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import loadgen
+import memory
 import report
 import servers
 import soak
@@ -145,7 +149,10 @@ class Runner:
         print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
     def run(self) -> dict[str, Any]:
-        workloads.build_store(self.store)
+        if self.args.memory:
+            return self.run_memory()
+        models = workloads.MODELS if self.args.quick else (*workloads.MODELS, workloads.BIG)
+        workloads.build_store(self.store, models)
         self.inprocess("before serving")
         try:
             self.baseline()
@@ -154,6 +161,8 @@ class Runner:
                 for config in self.args.configs.split(","):
                     self.run_config(model, config)
                 self.inprocess_alongside(model)
+            if not self.args.quick:
+                self.memory()
         finally:
             for server in [*self.servers.values(), *([self.ceiling] if self.ceiling else [])]:
                 server.stop()
@@ -161,6 +170,28 @@ class Runner:
         self.results["summary"] = report.summarize(self.results["points"])
         self.results["ratios"] = report.ratios(self.results)
         return self.results
+
+    def run_memory(self) -> dict[str, Any]:
+        """Only the memory part: both servers up side by side, then bench/memory.py's steps."""
+        workloads.build_store(self.store, ("echo", "mlp", workloads.BIG))
+        try:
+            self.start_servers()
+            self.memory()
+        finally:
+            for server in self.servers.values():
+                server.stop()
+        self.results["summary"] = []
+        self.results["ratios"] = report.ratios(self.results)
+        return self.results
+
+    def memory(self) -> None:
+        chosen = {n: s for n, s in self.servers.items() if n in (report.JS, report.TS)}
+        models = ("echo", "mlp", workloads.BIG)
+        loads = {n: {m: target(s, self.workloads[m]) for m in models} for n, s in chosen.items()}
+        part = memory.Memory(chosen, loads, self.args.repeats, first_prediction, self.log)
+        self.results["memory"] = part.run()
+        self.results["memory_summary"] = memory.summary(self.results["memory"])
+        self.results["registers"].extend(part.registers)
 
     def baseline(self) -> None:
         bare = servers.BareJupyter(self.work / "bare", self.store)
@@ -181,7 +212,7 @@ class Runner:
                 self._start(f"torchserve{suffix}", ts)
             js = servers.JupyterServe(self.work / f"js{suffix}", self.store, env)
             self._start(f"jupyter_serve{suffix}", js)
-        if "echo" in self.args.models.split(","):
+        if "echo" in self.args.models.split(",") and not self.args.memory:
             self.ceiling = servers.BareTornado(self.work / "ceiling", self.store)
             self.ceiling.start()
 
@@ -225,7 +256,7 @@ class Runner:
             self.results["rss"].append({
                 "server": name, "model": model, "config": config,
                 "server_rss": usage["server"], "worker_rss": usage["workers"],
-                "spare_rss": usage.get("spares", []),
+                "factory_rss": usage.get("factory", []),
             })  # fmt: skip
             server.unregister(model)
 
@@ -236,7 +267,6 @@ class Runner:
         register_s = server.register(model, batch, delay, workers)
         first_prediction(load)
         ready = time.perf_counter() - began
-        server.settle()  # a spare refilling after this register must not steal measured CPU
         self.results["registers"].append({
             "server": name, "model": model, "config": config,
             "register_s": round(register_s, 3), "ready_s": round(ready, 3),
@@ -312,7 +342,7 @@ def meta(args: argparse.Namespace) -> dict[str, Any]:
     memory = psutil.virtual_memory().total / (1 << 30)
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "mode": "quick" if args.quick else "full",
+        "mode": "memory" if args.memory else "quick" if args.quick else "full",
         "machine": f"{os.cpu_count()} CPUs ({cpu}), {memory:.0f} GiB, Python "
         f"{platform.python_version()}, torch {torch.__version__}, load at start "
         f"{os.getloadavg()[0]:.2f}; shared and noisy: compare ratios, not absolutes",
@@ -325,6 +355,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="results JSON (a .md report goes beside it)")
     parser.add_argument("--quick", action="store_true", help="CI smoke: short points, 1 repeat")
+    parser.add_argument("--memory", action="store_true", help="only the memory part (minutes)")
     parser.add_argument("--no-torchserve", dest="torchserve", action="store_false")
     parser.add_argument(
         "--omp1",
@@ -342,7 +373,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     soak.add_arguments(parser)
     args = parser.parse_args(argv)
     if args.omp1 is None:
-        args.omp1 = not args.quick
+        args.omp1 = not (args.quick or args.memory)
     if args.torchserve and not servers.java_available():
         parser.error("TorchServe needs java on PATH (or pass --no-torchserve)")
     return args

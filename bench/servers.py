@@ -3,12 +3,11 @@ and a bare tornado echo (the frontend ceiling).
 
 Each `Server` runs in a subprocess on loopback ports, with its log in its own
 folder, and offers the same few calls: `start()` (seconds from launch to a
-healthy ping), `register(...)` (seconds from the register call to the first
-successful prediction), `settle()` (wait out background work a register left,
-such as jupyter_serve refilling its spare worker), `unregister`, `predict_url`,
-`server_pid`/`worker_pids` for RSS and CPU, and `stop()` (which leaves nothing
-running). jupyter_serve's idle spare workers are not counted as workers: their
-RSS is reported apart (`rss()["spares"]`).
+healthy ping), `register(...)` (seconds the register call took), `scale`,
+`workers(model)` (its workers' pids and states, from TorchServe's describe
+API), `unregister`, `predict_url`, `server_pid`/`worker_pids` for RSS and CPU,
+and `stop()` (which leaves nothing running). jupyter_serve's worker factory is
+not counted as a worker: its RSS is reported apart (`rss()["factory"]`).
 
 TorchServe 0.12 runs from its own venv `bench/.venv-ts` (`ensure_torchserve_venv`
 creates it: torch from the local wheel first, then `torchserve==0.12.0` and
@@ -22,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import signal
 import socket
@@ -43,10 +41,7 @@ TS_EXTRAS = ("pyyaml", "numpy", "psutil")
 TOKEN = "bench-token"
 START_LIMIT = 180.0  # seconds: only a guard against a server that never comes up
 POLL = 0.02  # seconds between health pings while a server starts
-ADOPTED = re.compile(r"Worker adopted a spare, pid (\d+)")
-SPARE_EVENT = re.compile(
-    r"\[spare/(?P<id>\d+)\] (?P<event>Spare started|Spare ready|Worker exited)"
-)
+FACTORY = "jupyter_serve.worker.factory"  # its forked workers keep this command line
 
 
 def free_port() -> int:
@@ -174,8 +169,20 @@ class Server:
                 raise RuntimeError(f"{self.name} register {model}: {answer.text}")
         return time.perf_counter() - began
 
-    def settle(self) -> None:
-        """Return once no background work of the last register is left (nothing, by default)."""
+    def scale(self, model: str, workers: int) -> None:
+        """Set `model`'s workers to `workers` (min and max) and wait for the call to finish."""
+        params = {"min_worker": workers, "max_worker": workers, "synchronous": "true"}
+        with httpx.Client(headers=self.headers, timeout=START_LIMIT) as client:
+            answer = client.put(self.management_url(f"models/{model}"), params=params)
+            if answer.status_code not in (200, 202):
+                raise RuntimeError(f"{self.name} scale {model}: {answer.text}")
+
+    def workers(self, model: str) -> list[tuple[int, str]]:
+        """(pid, status) of each worker of `model`, as the describe API lists them."""
+        with httpx.Client(headers=self.headers, timeout=START_LIMIT) as client:
+            answer = client.get(self.management_url(f"models/{model}"))
+            answer.raise_for_status()
+        return [(int(w["pid"]), str(w["status"])) for w in answer.json()[0]["workers"]]
 
     def unregister(self, model: str) -> None:
         with httpx.Client(headers=self.headers, timeout=START_LIMIT) as client:
@@ -231,7 +238,7 @@ class JupyterServe(Server):
         super().__init__(folder, store, env)
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}/"
-        self.args = args  # more `jupyter serve` arguments, e.g. --ServeApp.spare_workers=0
+        self.args = args  # more `jupyter serve` arguments, e.g. --ServeApp.fork_workers=False
 
     def argv(self) -> list[str]:
         return [
@@ -274,48 +281,24 @@ class JupyterServe(Server):
         return f"{self.base}serve/predictions/{model}"
 
     def _is_worker(self, child: psutil.Process) -> bool:
-        command = _command(child)
-        spare = "--spare" in command and child.pid not in self._adopted()
-        return "jupyter_serve.worker" in command and not spare
+        return "jupyter_serve.worker" in _command(child) and child.pid not in self.factory_pids()
 
-    def spare_pids(self) -> list[int]:
-        """Idle spare workers (a spare keeps `--spare` in its command line once adopted)."""
+    def factory_pids(self) -> list[int]:
+        """The worker factory: the server's child running it (its workers are its children)."""
         try:
             children = psutil.Process(self.server_pid).children()
         except psutil.NoSuchProcess:
             return []
-        adopted = self._adopted()
-        return [c.pid for c in children if "--spare" in _command(c) and c.pid not in adopted]
-
-    def _adopted(self) -> set[int]:
-        log = self.log_path.read_text(errors="replace")
-        return {int(pid) for pid in ADOPTED.findall(log)}
+        return [c.pid for c in children if FACTORY in _command(c)]
 
     def rss(self) -> dict[str, int | list[int]]:
-        return {**super().rss(), "spares": [tree_rss(pid) for pid in self.spare_pids()]}
-
-    def settle(self, limit: float = START_LIMIT) -> None:
-        """Wait until no spare worker is still importing torch (it would steal CPU)."""
-        began = time.perf_counter()
-        while warming_spares(self.log_path.read_text(errors="replace")):
-            if time.perf_counter() - began > limit:
-                raise RuntimeError(f"{self.name}: a spare never got ready; see {self.log_path}")
-            time.sleep(POLL)
+        return {**super().rss(), "factory": [tree_rss(pid) for pid in self.factory_pids()]}
 
 
 def _command(process: psutil.Process) -> str:
     with contextlib.suppress(psutil.Error):
         return " ".join(process.cmdline())
     return ""
-
-
-def warming_spares(log: str) -> set[str]:
-    """Ids of the spares the log shows started but neither ready nor exited."""
-    started: set[str] = set()
-    done: set[str] = set()
-    for match in SPARE_EVENT.finditer(log):
-        (started if match["event"] == "Spare started" else done).add(match["id"])
-    return started - done
 
 
 class BareJupyter(JupyterServe):

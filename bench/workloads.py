@@ -1,10 +1,12 @@
 """The benchmark's models: their `.mar` files, request bodies and response checks.
 
 `build_store(folder)` archives `bench/handlers/` into `echo.mar`, `mlp.mar` and
-`cnn.mar` with jupyter_serve's own archiver; the SAME files are then registered
-on every server. `WORKLOADS` says, per model, what one request sends and how its
-answer is checked (echo: the exact body back; mlp: 10 finite logits; cnn: a
-class index in [0, 1000) and a probability).
+`cnn.mar` with jupyter_serve's own archiver, and `big.mar` (the memory part's
+model: `big_model.Big` with a seeded 200 MiB state dict, loaded by TorchServe's
+BaseHandler); the SAME files are then registered on every server. `workloads()`
+says, per model, what one request sends and how its answer is checked (echo: the
+exact body back; mlp: 10 finite logits; cnn: a class index in [0, 1000) and a
+probability; big: 4 finite outputs).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import json
 import math
 import random
 import struct
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +25,7 @@ from jupyter_serve.archive import ArchiveSpec, build_mar
 
 HANDLERS = Path(__file__).resolve().parent / "handlers"
 MODELS = ("echo", "mlp", "cnn")
+BIG = "big"
 ECHO_BYTES = 1024
 MLP_IN = 64
 CNN_FLOATS = 3 * 224 * 224
@@ -37,10 +41,31 @@ class Workload:
     check: Callable[[int, bytes], bool]
 
 
-def build_store(folder: Path) -> dict[str, Path]:
-    """Write the three .mar files into `folder`; returns {model: path}."""
+def build_store(folder: Path, models: tuple[str, ...] = (*MODELS, BIG)) -> dict[str, Path]:
+    """Write the `models`' .mar files into `folder`; returns {model: path}."""
     folder.mkdir(parents=True, exist_ok=True)
-    return {model: _build(model, folder) for model in MODELS}
+    return {
+        model: _build_big(folder) if model == BIG else _build(model, folder) for model in models
+    }
+
+
+def _build_big(folder: Path) -> Path:
+    """big.mar: big_model.py and its seeded state dict, stored uncompressed (random floats)."""
+    import torch
+
+    from jupyter_serve.handlers.loading import import_model_file, model_class
+
+    torch.manual_seed(0)
+    big = model_class(import_model_file(HANDLERS / "big_model.py"))()
+    with tempfile.TemporaryDirectory() as work:
+        weights = Path(work) / "big.pt"
+        torch.save(big.state_dict(), weights)
+        spec = ArchiveSpec(
+            model_name=BIG, version="1.0", handler=str(HANDLERS / "big_handler.py"),
+            serialized_file=str(weights), model_file=str(HANDLERS / "big_model.py"),
+            export_path=str(folder), archive_format="zip-store", force=True,
+        )  # fmt: skip
+        return build_mar(spec)
 
 
 def _build(model: str, folder: Path) -> Path:
@@ -87,6 +112,16 @@ def _cnn_check(status: int, body: bytes) -> bool:
     )
 
 
+def _big_check(status: int, body: bytes) -> bool:
+    outputs = _json(body)
+    return (
+        status == 200
+        and isinstance(outputs, list)
+        and len(outputs) == 4
+        and all(isinstance(x, float) and math.isfinite(x) for x in outputs)
+    )
+
+
 def workloads() -> dict[str, Workload]:
     """Fixed, seeded bodies for each model."""
     rng = random.Random(0)
@@ -97,4 +132,5 @@ def workloads() -> dict[str, Workload]:
         "echo": Workload("echo", echo, "application/octet-stream", _echo_check(echo)),
         "mlp": Workload("mlp", mlp, "application/json", _mlp_check),
         "cnn": Workload("cnn", image, "application/octet-stream", _cnn_check),
+        BIG: Workload(BIG, b"0.5", "application/json", _big_check),
     }

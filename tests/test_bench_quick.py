@@ -1,9 +1,11 @@
-"""The benchmark's CI smoke check: `bench/run.py --quick --no-torchserve` completes and reports.
+"""The benchmark's CI smoke checks: `bench/run.py --quick --no-torchserve` and `--memory
+--no-torchserve` complete and report.
 
 No thresholds: it checks that every jupyter_serve point ran with zero errors,
-that the ratios the issue names are all present (TorchServe's null without it),
-that the markdown report is written and that nothing is left running. A small
-loopback server also checks the load generator's HTTP parsing and error counts.
+that the ratios the issues name are all present (TorchServe's null without it),
+that the memory part measured every step, that the markdown report is written and
+that nothing is left running. A small loopback server also checks the load
+generator's HTTP parsing and error counts.
 """
 
 from __future__ import annotations
@@ -29,7 +31,11 @@ RATIOS = (
     "cnn_b8_vs_inprocess",
     "cnn_b8_rps_vs_torchserve",
     "register_ready_vs_torchserve",
+    "register_ready_2w_vs_torchserve",
     "server_rss_vs_torchserve_jvm",
+    "worker_pss_vs_torchserve",
+    "weights_4w_vs_1w",
+    "idle_server_pss_vs_torchserve",
 )
 
 
@@ -80,6 +86,32 @@ def test_quick_run_without_torchserve_reports_every_point(tmp_path: Path) -> Non
     markdown = out.with_suffix(".md").read_text()
     assert "| cnn_b8_vs_inprocess |" in markdown
     assert "| echo | batch8/2w | 32 | jupyter_serve |" in markdown
+    assert leftovers(tmp_path) == []
+
+
+def test_memory_run_without_torchserve_measures_every_step(tmp_path: Path) -> None:
+    out = tmp_path / "memory.json"
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    argv = [sys.executable, str(BENCH / "run.py"), "--memory", "--no-torchserve", "--repeats",
+            "1", "--out", str(out)]  # fmt: skip
+    subprocess.run(argv, check=True, env=env, cwd=tmp_path, capture_output=True, timeout=600)
+    results = json.loads(out.read_text())
+    record = results["memory"]["jupyter_serve"]
+    assert 0 < record["worker_pss"] < record["echo_2w_tree_pss"]
+    weights = record["weights"]
+    assert 0 < weights["1w"]["workers_pss"] < weights["4w"]["workers_pss"]
+    ratios = results["ratios"]
+    assert set(RATIOS) <= set(ratios)
+    assert ratios["weights_4w_vs_1w"] == round(
+        weights["4w"]["workers_pss"] / weights["1w"]["workers_pss"], 3
+    )
+    assert ratios["worker_pss_vs_torchserve"] is None  # no TorchServe in this run
+    configs = sorted(r["config"] for r in results["registers"])
+    assert configs == ["memory/1w", "memory/2w"]
+    assert results["points"] == []
+    markdown = out.with_suffix(".md").read_text()
+    assert "## Memory (PSS from /proc/PID/smaps_rollup, MiB)" in markdown
+    assert "## Serving points" not in markdown
     assert leftovers(tmp_path) == []
 
 

@@ -84,7 +84,7 @@ class WorkerFactory:
         backoff: seconds before restart 1, 2, ... after a death (the last repeats);
             a factory that said hello resets the count.
         fork_timeout: seconds a fork may take before the factory counts as hung.
-        stop_grace: seconds between SIGTERM and SIGKILL when stopping it.
+        stop_grace: seconds it has to exit once hung up on, before SIGKILL.
     """
 
     def __init__(
@@ -292,7 +292,7 @@ class WorkerFactory:
             )
             self.state = FactoryState.UNUSABLE
             self._notify()
-            self._stop_process()
+            self._close_control()  # it exits at EOF; `_wait_exit` reaps it
             return
         modules = header.get("modules")
         self.modules = frozenset(map(str, modules)) if isinstance(modules, list) else frozenset()
@@ -362,10 +362,6 @@ class WorkerFactory:
         changed.set()
 
     # ---- stop ----------------------------------------------------------------
-
-    def _stop_process(self) -> None:
-        """Hang up; the factory exits at EOF (its `_wait_exit` reaps it)."""
-        self._close_control()
 
     async def stop(self) -> None:
         """Stop the factory for good: hang up (it exits at EOF), SIGKILL after the grace.

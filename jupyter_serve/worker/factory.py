@@ -10,8 +10,10 @@ else. It runs no torch op, so no OpenMP or MKL thread pool exists; it never asks
 torch about CUDA, so no CUDA driver or context is initialised; and it starts no
 thread. numpy's OpenBLAS starts a pool when torch imports numpy: one throwaway
 fork lets OpenBLAS's own `pthread_atfork` handler shut it down (a process that
-later calls BLAS restarts it, as a forked worker does). The factory then counts
-its threads and says hello::
+later calls BLAS restarts it, as a forked worker does). Its objects are moved to
+the garbage collector's permanent generation (`gc.freeze`), so that collections in
+a forked worker do not write to, and so copy, the pages they share with the
+factory. The factory then counts its threads and says hello::
 
     R {"status": 200, "message": "factory", "pid", "modules", "threads"}
 
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import os
 import selectors
 import signal
@@ -55,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     control = socket.socket(fileno=args.fd)
     modules = warm.warm_up()
+    gc.collect()
+    gc.freeze()  # a forked worker's collections then leave the factory's objects (and pages) alone
     if thread_count() > 1:
         _quiesce()
     hello = {"status": 200, "message": "factory", "pid": os.getpid()}
