@@ -15,7 +15,7 @@ machine), and returns one record per server:
    worker) right after it answered its first prediction (`fresh_tree_pss`), and
    again once idle after `BURST_S` seconds of echo load at concurrency 32, as a
    server that has been used sits idle (`idle_tree_pss`: a JVM keeps the heap
-   that load grew);
+   that load grew; `idle_roles_pss` splits it into server, factory and workers);
 2. `echo` at 2 workers: the tree's PSS again; the difference is what one more
    worker costs -> `worker_pss`;
 3. `mlp` registered `repeats` times with 1 worker, then with 2, each timed from
@@ -30,6 +30,7 @@ machine), and returns one record per server:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -67,6 +68,18 @@ def tree_pss(pid: int) -> int:
     except psutil.NoSuchProcess:
         return 0
     return pss(pid) + sum(pss(child.pid) for child in descendants)
+
+
+def tree_roles(pid: int) -> dict[str, int]:
+    """PSS in bytes of `pid` ("server"), of a jupyter_serve worker factory among its
+    children ("factory") and of all other descendants ("workers")."""
+    roles = {"server": pss(pid), "factory": 0, "workers": 0}
+    with contextlib.suppress(psutil.NoSuchProcess):
+        for child in psutil.Process(pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                factory = child.ppid() == pid and servers.FACTORY in " ".join(child.cmdline())
+                roles["factory" if factory else "workers"] += pss(child.pid)
+    return roles
 
 
 class Memory:
@@ -110,6 +123,7 @@ class Memory:
         fresh = tree_pss(server.server_pid)
         asyncio.run(loadgen.closed_loop(self.loads[name]["echo"], 32, 10**7, BURST_S))
         one = tree_pss(server.server_pid)
+        self.records[name]["idle_roles_pss"] = tree_roles(server.server_pid)
         server.scale("echo", 2)
         self.ready(name, "echo", 2, server)
         two = tree_pss(server.server_pid)
@@ -161,6 +175,7 @@ def summary(records: dict[str, Record]) -> dict[str, Record]:
         weights = record.get("weights", {})
         base = weights.get("tree_pss_without", 0)
         out[name] = {
+            "fresh_tree_pss_mib": _mib(record.get("fresh_tree_pss")),
             "idle_tree_pss_mib": _mib(record.get("idle_tree_pss")),
             "worker_pss_mib": _mib(record.get("worker_pss")),
             "weights_workers_pss_mib": {

@@ -177,6 +177,9 @@ def memory_ratios(memory: Record) -> dict[str, float | None]:
         "weights_4w_vs_1w_tree": weights(js, "tree_pss"),
         "torchserve_weights_4w_vs_1w": weights(ts, "workers_pss"),
         "idle_server_pss_vs_torchserve": _ratio(js.get("idle_tree_pss"), ts.get("idle_tree_pss")),
+        "fresh_server_pss_vs_torchserve": _ratio(
+            js.get("fresh_tree_pss"), ts.get("fresh_tree_pss")
+        ),
     }
 
 
@@ -253,14 +256,15 @@ def _inprocess_lines(results: Record) -> list[str]:
 
 def _memory_lines(results: Record) -> list[str]:
     lines = [
-        "| server | tree, echo 1 worker | one more echo worker | big: workers' PSS 1w / 4w "
-        "| big: tree over no model 1w / 4w |",
+        "| server | tree, 1 echo worker: fresh / idle after load | one more echo worker "
+        "| big: workers' PSS 1w / 4w | big: tree over no model 1w / 4w |",
         "|---|---|---|---|---|",
     ]
     for server, row in results.get("memory_summary", {}).items():
         workers, tree = row["weights_workers_pss_mib"], row["weights_tree_pss_over_no_model_mib"]
         cells = [
-            server, _fmt(row["idle_tree_pss_mib"]), _fmt(row["worker_pss_mib"]),
+            server, f"{_fmt(row['fresh_tree_pss_mib'])} / {_fmt(row['idle_tree_pss_mib'])}",
+            _fmt(row["worker_pss_mib"]),
             f"{_fmt(workers['1w'])} / {_fmt(workers['4w'])}",
             f"{_fmt(tree['1w'])} / {_fmt(tree['4w'])}",
         ]  # fmt: skip
@@ -272,7 +276,8 @@ def markdown(results: Record) -> str:
     meta = results["meta"]
     sections = [
         ("Ratios", ["| ratio | value |", "|---|---|",
-                    *(f"| {k} | {_fmt(v, 3)} |" for k, v in results["ratios"].items())]),
+                    *(f"| {k} | {_fmt(v, 3)} |" for k, v in results["ratios"].items()
+                      if v is not None)]),
         ("Serving points (medians of repeats)", _points_table(results["summary"])),
         ("Cold start and server memory", _startup_lines(results)),
         ("Register to ready (first good prediction)", _register_lines(results)),
