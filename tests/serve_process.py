@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -166,6 +168,25 @@ class ServeProcess:
         for pid in pids:
             with contextlib.suppress(psutil.NoSuchProcess):
                 psutil.Process(pid).kill()
+
+
+def still_running_after(pids: Sequence[int], timeout: float) -> list[int]:
+    """The `pids` that have not exited within `timeout` seconds (waited for on pidfds,
+    which become readable when the process exits: no polling)."""
+    watched: dict[int, int] = {}
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            watched[os.pidfd_open(pid)] = pid
+    deadline = time.monotonic() + timeout
+    pending = set(watched)
+    try:
+        while pending and (left := deadline - time.monotonic()) > 0:
+            ready, _, _ = select.select(list(pending), [], [], left)
+            pending -= set(ready)
+    finally:
+        for fd in watched:
+            os.close(fd)
+    return sorted(watched[fd] for fd in pending)
 
 
 def alive(pids: Sequence[int]) -> list[int]:

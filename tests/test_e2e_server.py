@@ -24,7 +24,7 @@ import httpx
 import psutil
 import pytest
 from mar_builder import build_handler_mar
-from serve_process import ServeProcess, alive
+from serve_process import WAIT, ServeProcess, alive, still_running_after
 
 # Echoes each row; {"ask": "batch"} reports the batch size and the worker's pid;
 # {"fifo": path} writes the pid to that FIFO and then hangs (until killed).
@@ -195,6 +195,25 @@ def test_registered_models_get_workers_forked_from_one_factory(
     assert client.delete("models/batcher").status_code == 200
     assert alive(workers) == []
     assert server.factory_pids() == [factory]  # it stays for the next worker
+
+
+def test_a_killed_server_leaves_neither_its_factory_nor_its_workers_running(
+    tmp_path: Path,
+) -> None:
+    store = tmp_path / "model_store"
+    store.mkdir()
+    build(store, "echo")
+    server = ServeProcess(tmp_path).start()
+    try:
+        with server.client() as client:
+            answer = register(client, "echo.mar", initial_workers=2, synchronous="true")
+            assert answer.status_code == 200, answer.text
+        pids = server.worker_pids()
+        assert len(pids) == 3  # the factory and the two workers it forked
+        server.process.kill()  # no cleanup at all: they must notice on their own
+        assert still_running_after(pids, WAIT) == []
+    finally:
+        server.kill()
 
 
 def test_restart_restores_models_from_the_snapshot(tmp_path: Path) -> None:

@@ -40,12 +40,12 @@ from enum import Enum
 
 from .. import protocol
 from ..protocol import Frame, Kind
-from .forked import ForkedChild
+from .forked import ForkedChild, fork_supported
 from .logs import WorkerLog, pump_lines
 from .pool import BACKOFF
 from .process import WorkerProcess, worker_command, worker_environment, worker_socketpair
 
-__all__ = ["FactoryState", "WorkerFactory", "fork_supported", "shadowed"]
+__all__ = ["FactoryState", "WorkerFactory", "shadowed"]
 
 FACTORY_LOG = "factory"  # its lines read "[factory/<pid>] ..."
 _MAX_PACKET = 64 * 1024
@@ -58,21 +58,6 @@ class FactoryState(Enum):
     RESTARTING = "RESTARTING"
     UNUSABLE = "UNUSABLE"
     STOPPED = "STOPPED"
-
-
-def fork_supported() -> bool:
-    """Linux with pidfds (5.3+): what the factory and its orphan watch need."""
-    if not sys.platform.startswith("linux") or not hasattr(os, "pidfd_open"):
-        return False
-    try:
-        os.close(os.pidfd_open(os.getpid()))
-    except OSError:
-        return False
-    return True
-
-
-def factory_command(python: str) -> list[str]:
-    return [python, "-m", "jupyter_serve.worker.factory"]
 
 
 class WorkerFactory:
@@ -147,30 +132,37 @@ class WorkerFactory:
         parent, child = worker_socketpair()
         out_read, out_write = os.pipe()
         err_read, err_write = os.pipe()
-        theirs, ours = [child.fileno(), out_write, err_write], [out_read, err_read]
-        pid: int | None = None
         incarnation, env = self.starts, self.env
+        pid: int | None = None
+        process: WorkerProcess | None = None
         try:
-            pid = await self._request(theirs)
+            try:
+                pid = await self._request([child.fileno(), out_write, err_write])
+            finally:
+                child.close()
+                _close([out_write, err_write])
+            if pid is not None:
+                forked = await self._adopt(pid, out_read, err_read, incarnation)
+                out_read = err_read = -1  # its pipe transports own them now
+                connection = await asyncio.open_unix_connection(sock=parent)
+                forget = lambda: self._forget(forked)  # noqa: E731
+                process = WorkerProcess(forked, connection, env, log, label, on_reaped=forget)
         finally:
-            child.close()
-            _close(theirs[1:])
-            if pid is None:
+            if process is None:  # failed or cancelled: nobody will use this worker
                 parent.close()
-                _close(ours)
+                _close([out_read, err_read])
+                self._abandon(pid)
+        return process
+
+    def _abandon(self, pid: int | None) -> None:
         if pid is None:
-            return None
-        try:
-            forked = await self._adopt(pid, out_read, err_read, incarnation)
-            connection = await asyncio.open_unix_connection(sock=parent)
-        except BaseException:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            parent.close()
-            raise
-        return WorkerProcess(
-            forked, connection, env, log, label, on_reaped=lambda: self._forget(forked)
-        )
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        child = self._children.get(pid)
+        if child is not None:
+            self._forget(child)
+        self._exits.pop(pid, None)
 
     async def _adopt(self, pid: int, out: int, err: int, incarnation: int) -> ForkedChild:
         """Watch the forked `pid`: its output, and its exit as the factory reports it."""
@@ -220,7 +212,7 @@ class WorkerFactory:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             process = await asyncio.create_subprocess_exec(
-                *factory_command(self._python), "--fd", str(child.fileno()),
+                self._python, "-m", "jupyter_serve.worker.factory", "--fd", str(child.fileno()),
                 pass_fds=(child.fileno(),), stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                 env=self.env, start_new_session=True,
@@ -266,7 +258,7 @@ class WorkerFactory:
                 return
             try:
                 self._dispatch(protocol.decode_packet(data))
-            except protocol.ProtocolError as exc:
+            except (protocol.ProtocolError, KeyError, TypeError, ValueError) as exc:
                 self._note(f"Malformed packet from the factory ({exc}): killing it")
                 self.kill()
                 return

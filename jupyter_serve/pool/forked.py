@@ -15,11 +15,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import sys
 
-__all__ = ["LOST_EXIT_CODE", "ForkedChild"]
+__all__ = ["LOST_EXIT_CODE", "ForkedChild", "fork_supported"]
 
 LOST_EXIT_CODE = 255  # an orphan's exit: its code went to init, not to us
 _STREAM_LIMIT = 1 << 20  # longest output line forwarded, as for launched workers
+
+
+def fork_supported() -> bool:
+    """Linux with pidfds (5.3+): what forking workers and watching orphans need."""
+    if not sys.platform.startswith("linux") or not hasattr(os, "pidfd_open"):
+        return False
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except OSError:
+        return False
+    return True
 
 
 class ForkedChild:
