@@ -39,6 +39,7 @@ import selectors
 import signal
 import socket
 import sys
+import warnings
 from collections.abc import Sequence
 
 from ..protocol import Frame, Kind, ProtocolError, decode_packet, encode
@@ -82,7 +83,9 @@ def thread_count() -> int:
 
 def _quiesce() -> None:
     """One throwaway fork: libraries with fork handlers (OpenBLAS) stop their pools."""
-    pid = os.fork()
+    with warnings.catch_warnings():  # Python 3.12+ warns of the very threads this stops
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
     if pid == 0:
         os._exit(0)
     os.waitpid(pid, 0)
