@@ -38,6 +38,7 @@ READY_MARK = TS_VENV / ".bench-ready"
 TORCH_WHEELS = Path("/opt/wheels")
 # What TorchServe's Python worker imports without declaring it (yaml, numpy) or uses (psutil).
 TS_EXTRAS = ("pyyaml", "numpy", "psutil")
+PIP_LEAKS = ("PYTHONPATH", "PYTHONHOME", "PIP_USER", "PIP_TARGET", "PIP_PREFIX", "VIRTUAL_ENV")
 TOKEN = "bench-token"
 START_LIMIT = 180.0  # seconds: only a guard against a server that never comes up
 POLL = 0.02  # seconds between health pings while a server starts
@@ -56,10 +57,13 @@ def ensure_torchserve_venv(log: Path) -> Path:
     bin_dir = TS_VENV / "bin"
     if READY_MARK.exists():
         return bin_dir
+    # pip in the new venv must see only that venv: a PYTHONPATH (pytest-jupyter's, a test's)
+    # would show it this venv's packages as installed already and it would skip them
+    env = {k: v for k, v in os.environ.items() if k not in PIP_LEAKS}
     with log.open("a") as out:
 
         def run(*argv: str) -> None:
-            subprocess.run(argv, check=True, stdout=out, stderr=out)
+            subprocess.run(argv, check=True, stdout=out, stderr=out, env=env)
 
         run(sys.executable, "-m", "venv", str(TS_VENV))
         wheels = sorted(TORCH_WHEELS.glob("torch-2.13.0*.whl"))
@@ -68,6 +72,7 @@ def ensure_torchserve_venv(log: Path) -> Path:
             str(bin_dir / "pip"), "install", "-q",
             "torchserve==0.12.0", "torch-model-archiver==0.12.0", *TS_EXTRAS,
         )  # fmt: skip
+        run(str(bin_dir / "python"), "-c", "import torch, ts, model_archiver, yaml, numpy, psutil")
     READY_MARK.touch()
     return bin_dir
 
