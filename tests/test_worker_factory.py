@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -31,6 +32,7 @@ from jupyter_serve.protocol import (
     encode_infer,
     read_frame_sync,
 )
+from jupyter_serve.worker.factory import Factory
 
 pytest.importorskip("torch")
 
@@ -261,6 +263,25 @@ def test_a_request_without_its_descriptors_is_refused_and_the_factory_goes_on(
     assert worker.pid > 0
     worker.close()
     assert factory.exit_of(worker.pid) == 0
+
+
+def test_a_factory_running_a_thread_refuses_to_fork() -> None:
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    factory = Factory(theirs)  # in this process, where a thread is about to run
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    read, write = os.pipe()
+    try:
+        assert factory.fork(Frame(Kind.FORK, {"id": 3}), [read, write, os.dup(write)]) is None
+        refused = decode_packet(ours.recv(65536))
+    finally:
+        stop.set()
+        thread.join()
+        factory.close()
+        ours.close()
+    assert (refused.kind, refused.header["id"]) == (Kind.ERROR, 3)
+    assert "threads: not forking" in refused.header["message"]
 
 
 def test_fd_is_required() -> None:

@@ -145,16 +145,20 @@ class Factory:
                 if packet is None:
                     self._outlive_children()
                     return 0
-                status = self._fork(*packet)
+                status = self.fork(*packet)
                 if status is not None:
                     return status  # this is the child, and its worker has ended
 
-    def _fork(self, frame: Frame, fds: list[int]) -> int | None:
+    def fork(self, frame: Frame, fds: list[int]) -> int | None:
         """Fork a worker for `frame`; in the child, run it and return its exit status."""
         request = frame.header.get("id")
         if frame.kind is not Kind.FORK or len(fds) != FDS_PER_FORK:
             _close(fds)
             self._answer_error(request, f"Expected F with {FDS_PER_FORK} descriptors")
+            return None
+        if (threads := thread_count()) > 1:  # never fork a thread's locks into a worker
+            _close(fds)
+            self._answer_error(request, f"The factory runs {threads} threads: not forking")
             return None
         for stream in (sys.stdout, sys.stderr):
             stream.flush()  # nothing buffered here may reach the child's pipes
@@ -182,9 +186,7 @@ class Factory:
         os.setsid()  # its own process group, as a launched worker (pool.process)
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        self.selector.close()
-        self.control.close()
-        _close([self.wake_read, self.wake_write])
+        self.close()
         sock, out, err = fds
         os.dup2(out, 1)
         os.dup2(err, 2)
@@ -193,6 +195,12 @@ class Factory:
         from .__main__ import run
 
         return run(sock)
+
+    def close(self) -> None:
+        """Close the control socket, the selector and the wake-up pipe."""
+        self.selector.close()
+        self.control.close()
+        _close([self.wake_read, self.wake_write])
 
     def _outlive_children(self) -> None:
         """After the server hung up, wait for the workers (whose sockets closed too) to
