@@ -21,7 +21,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -29,6 +28,7 @@ from typing import Any
 
 import httpx
 import psutil
+from followed_lines import FollowedLines
 
 TOKEN = "e2e-secret-token"
 STARTED = "is running at"  # jupyter_server's line once it listens
@@ -65,8 +65,6 @@ class ServeProcess:
         another environment); `env` adds variables to this process's."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
-        self.lines: list[str] = []
-        self._changed = threading.Condition()
         argv = [
             *(command or [*jupyter_command(), "serve"]),
             f"--port={self.port}",
@@ -89,33 +87,19 @@ class ServeProcess:
         self.process = subprocess.Popen(
             argv, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
         )
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
         assert self.process.stderr is not None
-        for line in self.process.stderr:
-            with self._changed:
-                self.lines.append(line.rstrip("\n"))
-                self._changed.notify_all()
-        with self._changed:
-            self.lines.append("<stderr closed>")
-            self._changed.notify_all()
+        self.stderr = FollowedLines(self.process.stderr)
+
+    @property
+    def lines(self) -> list[str]:
+        return self.stderr.lines
 
     def log(self) -> str:
-        with self._changed:
-            return "\n".join(self.lines)
+        return self.stderr.text()
 
     def wait_for(self, text: str, count: int = 1) -> None:
         """Block until `count` log lines contain `text`; fail if the server exits first."""
-
-        def seen() -> bool:
-            found = sum(text in line for line in self.lines)
-            return found >= count or (self.lines[-1:] == ["<stderr closed>"])
-
-        with self._changed:
-            self._changed.wait_for(seen, timeout=WAIT)
-            found = sum(text in line for line in self.lines)
+        found = self.stderr.wait_for(text, count, WAIT)
         assert found >= count, f"server never logged {text!r}:\n{self.log()}"
 
     def start(self, *, models: int = 0) -> ServeProcess:
@@ -154,9 +138,7 @@ class ServeProcess:
         return code
 
     def _close(self) -> None:
-        self._reader.join(timeout=WAIT)
-        if self.process.stderr is not None:
-            self.process.stderr.close()
+        self.stderr.close(WAIT)
 
     def kill(self) -> None:
         """Last resort for a test that failed half-way: nothing may outlive the test."""

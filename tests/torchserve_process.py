@@ -21,11 +21,11 @@ import importlib.util
 import os
 import shutil
 import subprocess
-import threading
 from pathlib import Path
 from types import ModuleType
 
 import psutil
+from followed_lines import FollowedLines
 
 ROOT = Path(__file__).resolve().parent.parent
 SKIP_ENV = "JUPYTER_SERVE_SKIP_TORCHSERVE"
@@ -75,40 +75,20 @@ class TorchServeProcess:
                     "METRICS_LOCATION": str(folder / "logs"),
                     "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}  # fmt: skip
         self.env.pop("PYTHONPATH", None)
-        self.lines: list[str] = []
-        self._changed = threading.Condition()
         command = [str(bin_dir / "torchserve"), "--start", "--foreground", "--ncs", *args]
         self.process = subprocess.Popen(
             command, cwd=folder, env=self.env, stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
         assert self.process.stdout is not None
-        for line in self.process.stdout:
-            with self._changed:
-                self.lines.append(line.rstrip("\n"))
-                self._changed.notify_all()
-        with self._changed:
-            self.lines.append("<stdout closed>")
-            self._changed.notify_all()
+        self.console = FollowedLines(self.process.stdout)
 
     def log(self) -> str:
-        with self._changed:
-            return "\n".join(self.lines)
+        return self.console.text()
 
     def wait_for(self, text: str, count: int = 1) -> None:
         """Block until `count` lines contain `text`; fail if TorchServe exits first."""
-
-        def seen() -> bool:
-            found = sum(text in line for line in self.lines)
-            return found >= count or self.lines[-1:] == ["<stdout closed>"]
-
-        with self._changed:
-            self._changed.wait_for(seen, timeout=WAIT)
-            found = sum(text in line for line in self.lines)
+        found = self.console.wait_for(text, count, WAIT)
         assert found >= count, f"TorchServe never logged {text!r} {count} times:\n{self.log()}"
 
     def stop(self) -> None:
@@ -129,9 +109,7 @@ class TorchServeProcess:
                     continue
                 process.kill()
         self.process.wait(timeout=WAIT)
-        self._reader.join(timeout=WAIT)
-        if self.process.stdout is not None:
-            self.process.stdout.close()
+        self.console.close(WAIT)
 
     def _children(self) -> list[int]:
         return [child.pid for child in psutil.Process(self.process.pid).children(recursive=True)]
