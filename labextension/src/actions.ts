@@ -237,7 +237,11 @@ export async function uploadToStore(path: string): Promise<string | null> {
     const message = created
       ? `Uploaded ${name} to the model store`
       : `The model store has ${name}`;
-    Notification.update({ id, message, type: 'success', autoClose: 3000 });
+    // A fresh toast, not an update: an upload can end before the in-progress toast is
+    // shown (the first toast of a page loads its toaster lazily), and an update arriving
+    // then is lost, leaving the spinner up.
+    Notification.dismiss(id);
+    Notification.success(message, { autoClose: 3000 });
     return name;
   } catch (error) {
     Notification.dismiss(id);
