@@ -47,6 +47,14 @@ def live_server(
 
 
 @pytest.fixture
+def client(live_server: Any) -> Any:
+    """A `ServeClient` of `live_server`, as the magics and the CLI make one."""
+    from jupyter_serve.client import ServeClient
+
+    return ServeClient(live_server)
+
+
+@pytest.fixture
 def model_inputs(tmp_path: Path) -> Path:
     """A folder with everything torch-model-archiver users pass: files, folders, junk to skip."""
     src = tmp_path / "src"

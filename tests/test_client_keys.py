@@ -29,11 +29,6 @@ def jp_server_config(tmp_path: Path) -> dict[str, Any]:
     return server_config(tmp_path)
 
 
-@pytest.fixture
-def client(live_server: ServerInfo) -> ServeClient:
-    return ServeClient(live_server)
-
-
 async def test_create_list_and_revoke_keys(client: ServeClient) -> None:
     minted = await asyncio.to_thread(client.create_key, "nb", ["a", "b"])
     assert (minted["name"], minted["models"]) == ("nb", ["a", "b"])

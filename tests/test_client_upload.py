@@ -14,7 +14,6 @@ from jupyter_serve.client import (
     NotAnArchive,
     ServeClient,
     ServeClientError,
-    ServerInfo,
     UploadError,
     local_archive,
 )
@@ -23,11 +22,6 @@ from jupyter_serve.client import (
 @pytest.fixture
 def jp_server_config(tmp_path: Path) -> dict[str, Any]:
     return server_config(tmp_path)
-
-
-@pytest.fixture
-def client(live_server: ServerInfo) -> ServeClient:
-    return ServeClient(live_server)
 
 
 def probe_mar(folder: Path, comment: str = "") -> Path:
