@@ -14,6 +14,7 @@ import pytest
 import yaml
 from IPython.core.interactiveshell import InteractiveShell
 from kserve_schema import validate_inference_service
+from magic_shell import magic_shell
 from route_models import PROBE, register, serve_state, server_config
 from serve_process import ServeProcess
 
@@ -164,11 +165,8 @@ async def test_export_of_a_snapshot_file(
 
 @pytest.fixture
 def shell(live_server: ServerInfo) -> Iterator[InteractiveShell]:
-    ip = InteractiveShell.instance()
-    ip.run_line_magic("load_ext", "jupyter_serve")
-    ip.magics_manager.registry["ServeMagics"].server = live_server
-    yield ip
-    InteractiveShell.clear_instance()
+    with magic_shell(live_server) as ip:
+        yield ip
 
 
 async def test_serve_export_magic(

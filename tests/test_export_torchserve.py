@@ -27,6 +27,7 @@ import pytest
 import yaml
 from IPython.core.interactiveshell import InteractiveShell
 from kserve_schema import validate_inference_service
+from magic_shell import magic_shell
 from route_models import register, serve_state, server_config
 from torchserve_process import TorchServeProcess, free_port, skip_reason, torchserve_bin
 
@@ -84,11 +85,8 @@ def shell(
 ) -> Iterator[InteractiveShell]:
     """A kernel's shell in the server's root (its %%handler work folder is there)."""
     monkeypatch.chdir(jp_root_dir)
-    ip = InteractiveShell.instance()
-    ip.run_line_magic("load_ext", "jupyter_serve")
-    ip.magics_manager.registry["ServeMagics"].server = live_server
-    yield ip
-    InteractiveShell.clear_instance()
+    with magic_shell(live_server) as ip:
+        yield ip
 
 
 async def serve_the_four(serverapp: Any, shell: InteractiveShell) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
+from magic_shell import magic_shell
 
 from jupyter_serve.archive import inspect_archive
 from jupyter_serve.workspace import TryResult
@@ -42,10 +43,8 @@ class Upper:
 @pytest.fixture
 def shell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[InteractiveShell]:
     monkeypatch.chdir(tmp_path)  # handler work folders go below the kernel's cwd
-    ip = InteractiveShell.instance()
-    ip.run_line_magic("load_ext", "jupyter_serve")
-    yield ip
-    InteractiveShell.clear_instance()
+    with magic_shell() as ip:
+        yield ip
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
+from magic_shell import magic_shell, point_at
 from route_models import PROBE, register, serve_state, server_config
 
 from jupyter_serve.client import ServeClientError, ServerInfo
@@ -37,15 +38,8 @@ def shell(
     """The magics in a kernel whose working folder is outside the server's root."""
     (tmp_path / "kernel").mkdir()
     monkeypatch.chdir(tmp_path / "kernel")
-    ip = InteractiveShell.instance()
-    ip.run_line_magic("load_ext", "jupyter_serve")
-    ip.magics_manager.registry["ServeMagics"].server = server
-    yield ip
-    InteractiveShell.clear_instance()
-
-
-def point_at(shell: InteractiveShell, server: ServerInfo) -> None:
-    shell.magics_manager.registry["ServeMagics"].server = server
+    with magic_shell(server) as ip:
+        yield ip
 
 
 async def one_line(shell: InteractiveShell, line: str, capsys: pytest.CaptureFixture[str]) -> str:

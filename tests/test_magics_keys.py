@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
+from magic_shell import magic_shell
 from route_models import server_config
 
 from jupyter_serve.client import ServerInfo
@@ -23,11 +24,8 @@ def jp_server_config(tmp_path: Path) -> dict[str, Any]:
 @pytest.fixture
 def shell(live_server: ServerInfo) -> Iterator[InteractiveShell]:
     """A shell with the magics, pointed at the in-process server (as `%serve connect`)."""
-    ip = InteractiveShell.instance()
-    ip.run_line_magic("load_ext", "jupyter_serve")
-    ip.magics_manager.registry["ServeMagics"].server = live_server
-    yield ip
-    InteractiveShell.clear_instance()
+    with magic_shell(live_server) as ip:
+        yield ip
 
 
 def magic(shell: InteractiveShell, line: str) -> Any:
