@@ -99,13 +99,16 @@ class LaneRequest:
             files: dict[str, list[httputil.HTTPFile]] = {}
             content_type = self.headers.get("Content-Type", "")
             if content_type.split(";", 1)[0].strip().lower() in FORM_TYPES:
-                httputil.parse_body_arguments(
-                    content_type,
-                    bytes(self.body),
-                    arguments,
-                    files,
-                    self.headers,  # type: ignore[arg-type]
-                )
+                try:
+                    httputil.parse_body_arguments(
+                        content_type,
+                        bytes(self.body),
+                        arguments,
+                        files,
+                        self.headers,  # type: ignore[arg-type]
+                    )
+                except httputil.HTTPInputError:  # a malformed form: no fields, as through
+                    arguments, files = {}, {}  # tornado's route (never a 500)
             self._form = (arguments, files)
         return self._form
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import itertools
 import secrets
 
-from tornado.httputil import HTTPInputError, HTTPServerRequest
+from tornado.httputil import HTTPServerRequest
 
 from ..protocol import InferenceRequest, Parameter
 
@@ -73,15 +73,11 @@ def _parameters(request: HTTPServerRequest) -> list[Parameter]:
     content_type = request.headers.get("Content-Type", "")
     if content_type.split(";", 1)[0].strip().lower() not in FORM_TYPES:
         return [Parameter("body", content_type, request.body or b"")]
-    try:
-        arguments, uploads = request.body_arguments, request.files
-    except HTTPInputError:  # a form the serve lane parses lazily and cannot: as tornado,
-        return []  # which logs a malformed form and leaves no fields, not a 500
     fields: dict[str, Parameter] = {}
-    for name, values in arguments.items():
+    for name, values in request.body_arguments.items():
         if values:
             fields[name] = Parameter(name, "", values[-1])
-    for name, files in uploads.items():
+    for name, files in request.files.items():
         if files:
             upload = files[-1]
             fields[name] = Parameter(name, upload.content_type or "", upload.body)
