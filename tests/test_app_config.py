@@ -20,6 +20,7 @@ import pytest
 from mar_builder import build_handler_mar
 
 from jupyter_serve.app import ServeApp, server_workdir
+from jupyter_serve.app_config import ServeAppTraits
 from jupyter_serve.models import RegisterParams
 from jupyter_serve.startup import model_identity, startup_workers
 
@@ -134,6 +135,14 @@ def test_config_properties_fill_the_traits_not_set_explicitly(serve: ServeApp, s
     assert defaults.limit_max_image_pixels is False
     assert serve.registry.config.allowed_urls == ("https://models\\.example/.*",)
     assert serve.startup_plan().restore is False  # as `torchserve --ts-config`
+
+
+def test_jupyter_server_hands_on_every_serveapp_setting(jp_serverapp: Any, serve: ServeApp) -> None:
+    """`jupyter_serve_config`, jupyter_server's copy of an extension's own traits, has every
+    setting although app_config.py declares them (see `ServeApp.class_own_traits`)."""
+    published = jp_serverapp.web_app.settings["jupyter_serve_config"]
+    assert set(published) >= set(ServeAppTraits.class_traits(config=True))
+    assert (published["job_queue_size"], published["workdir"]) == (11, serve.workdir)
 
 
 async def test_startup_models_get_models_json_settings_and_one_worker(serve: ServeApp) -> None:
