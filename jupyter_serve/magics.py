@@ -23,6 +23,8 @@ variables are NOT visible to it (workers are separate processes).
 where it is gets uploaded into its model store first (`--overwrite` replaces one of
 the same name there). A failure prints one line (`failures.py`); `%serve --debug ...`
 shows the traceback instead.
+
+The magics' argument parsers are in magic_parsers.py.
 """
 
 from __future__ import annotations
@@ -53,87 +55,9 @@ from .client import (
 )
 from .errors import ServeError
 from .failures import one_line_failures
+from .magic_parsers import UsageParser, handler_parser, serve_parser
 from .protocol import InferenceResult
 from .workspace import HandlerFolder
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises UsageError instead of exiting the kernel."""
-
-    def error(self, message: str) -> Any:
-        raise UsageError(f"{self.prog}: {message}\n{self.format_usage()}")
-
-    def exit(self, status: int = 0, message: str | None = None) -> Any:
-        raise UsageError(message or self.format_help())
-
-
-def _handler_parser() -> _Parser:
-    p = _Parser(prog="%%handler", add_help=False)
-    p.add_argument("name")
-    entry = p.add_mutually_exclusive_group()
-    entry.add_argument("--class", dest="entry", help="The handler class (module:Class).")
-    entry.add_argument("--function", dest="entry", help="The entry function (module:fn).")
-    p.add_argument("--model-file")
-    p.add_argument("--serialized-file")
-    p.add_argument("--extra-files", default="")
-    p.add_argument("--serve", action="store_true")
-    p.add_argument("--batch-size", type=int)
-    p.add_argument("--max-batch-delay", type=int)
-    p.add_argument("--workers", type=int, default=1)
-    p.add_argument("--version", default="1.0")
-    return p
-
-
-def _body_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("data", nargs="?", help="Text sent as the body.")
-    p.add_argument("--file", help="A file sent as the body (application/octet-stream).")
-    p.add_argument("--json", help="JSON text sent as an application/json body.")
-
-
-def _serve_parser() -> _Parser:
-    p = _Parser(prog="%serve", add_help=False)
-    p.add_argument("--debug", action="store_true", help="Raise failures with a traceback.")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    connect = sub.add_parser("connect")
-    connect.add_argument("url")
-    connect.add_argument("--token", default="")
-    for name in ("try", "predict", "explain"):
-        command = sub.add_parser(name)
-        command.add_argument("name")
-        _body_arguments(command)
-    register = sub.add_parser("register")
-    register.add_argument("url")
-    for flag in ("--model-name", "--handler"):
-        register.add_argument(flag)
-    for flag in ("--batch-size", "--max-batch-delay", "--workers"):
-        register.add_argument(flag, type=int)
-    register.add_argument("--overwrite", action="store_true")
-    for name in ("scale", "unregister", "describe"):
-        command = sub.add_parser(name)
-        command.add_argument("name")
-        command.add_argument("--version")
-        if name == "scale":
-            command.add_argument("--min", type=int, required=True)
-            command.add_argument("--max", type=int)
-    sub.add_parser("list")
-    logs = sub.add_parser("logs")
-    logs.add_argument("name")
-    logs.add_argument("--version")
-    logs.add_argument("--lines", type=int, default=200)
-    dashboard = sub.add_parser("dashboard")
-    dashboard.add_argument("--interval", type=float, default=2.0)
-    keys = sub.add_parser("keys")
-    actions = keys.add_subparsers(dest="action", required=True, parser_class=_Parser)
-    actions.add_parser("list")
-    create = actions.add_parser("create")
-    create.add_argument("--name", default="")
-    create.add_argument("--models", default="")
-    actions.add_parser("revoke").add_argument("key_id")
-    from .export import add_export_arguments  # the same arguments as `jupyter serve export`
-
-    add_export_arguments(sub.add_parser("export"))
-    return p
-
 
 PROGRESS_INTERVAL = 0.5  # seconds between looks at a loading model's worker output
 
@@ -233,7 +157,7 @@ class ServeMagics(Magics):
     @cell_magic
     def handler(self, line: str, cell: str) -> None:
         """Write the cell as a model handler, check it, optionally serve it."""
-        args = _handler_parser().parse_args(shlex.split(line))
+        args = handler_parser().parse_args(shlex.split(line))
         try:
             folder = workspace.write_handler(
                 args.name, cell, entry=args.entry, model_file=args.model_file,
@@ -315,13 +239,13 @@ class ServeMagics(Magics):
             return
         if words[:1] != ["build"]:
             raise UsageError("usage: %mar build <torch-model-archiver flags> | %mar inspect X")
-        parser = archiver_parser("%mar build", parser_class=_Parser)
+        parser = archiver_parser("%mar build", parser_class=UsageParser)
         print(build_mar(ArchiveSpec.from_args(parser.parse_args(words[1:]))))
 
     @line_magic
     def serve(self, line: str) -> Any:
         """Talk to the serving Jupyter server, or try a `%%handler` in this kernel."""
-        args = _serve_parser().parse_args(shlex.split(line))
+        args = serve_parser().parse_args(shlex.split(line))
         what = args.command.capitalize() + (f" {args.action}" if args.command == "keys" else "")
         with one_line_failures(what, self.server_url, debug=args.debug):
             return getattr(self, f"_serve_{args.command}")(args)
