@@ -49,6 +49,22 @@ async def test_ping_answers_healthy_with_the_token(jp_fetch: Fetch) -> None:
     assert json.loads(response.body) == {"status": "Healthy"}
 
 
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH"])
+async def test_ping_answers_whatever_the_verb_as_torchserve_does(
+    jp_fetch: Fetch, method: str
+) -> None:
+    body = b"" if method in ("POST", "PUT", "PATCH") else None
+    response = await jp_fetch("serve", "ping", method=method, body=body)
+    assert response.code == 200
+    assert json.loads(response.body) == {"status": "Healthy"}
+
+
+async def test_ping_answers_head_with_no_body(jp_fetch: Fetch) -> None:
+    response = await jp_fetch("serve", "ping", method="HEAD")
+    assert response.code == 200
+    assert response.body == b""
+
+
 @pytest.mark.parametrize("method", ["GET", "POST", "PUT", "DELETE"])
 async def test_routes_refuse_requests_without_credentials(jp_fetch: Fetch, method: str) -> None:
     body = b"" if method in ("POST", "PUT") else None
@@ -72,7 +88,7 @@ async def test_unknown_route_gets_torchserve_error_json(jp_fetch: Fetch) -> None
 
 async def test_wrong_verb_gets_method_not_allowed_json(jp_fetch: Fetch) -> None:
     with pytest.raises(HTTPClientError) as caught:
-        await jp_fetch("serve", "ping", method="DELETE")
+        await jp_fetch("serve", "models", method="PATCH", body=b"")
     assert caught.value.code == 405
     assert caught.value.response is not None
     assert json.loads(caught.value.response.body)["type"] == "MethodNotAllowedException"

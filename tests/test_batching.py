@@ -167,13 +167,25 @@ def test_a_full_queue_refuses_with_torchserves_503() -> None:
     run(main())
 
 
+SEQUENCE_NOTE = (
+    " If this is a sequence inference, please check if it is closed, or expired; "
+    "or exceeds maxSequenceJobQueueSize"
+)
+
+
 def test_no_worker_message_matches_torchserve() -> None:
+    """The texts TorchServe 0.12 answers (read from a running TorchServe 0.12)."""
     assert no_worker_message("mnist") == (
         'Model "mnist" has no worker to serve inference request. '
-        "Please use scale workers API to add workers."
+        "Please use scale workers API to add workers." + SEQUENCE_NOTE
     )
-    assert no_worker_message("m", "1.0", job="describe").startswith(
-        'Model "m" Version 1.0 has no worker to serve describe request.'
+    assert no_worker_message("m", "1.0") == (
+        'Model "m" Version 1.0" has no worker to serve inference request. '
+        "Please use scale workers API to add workers." + SEQUENCE_NOTE
+    )
+    assert no_worker_message("m", "1.0", job="describe") == (
+        'Model "m" has no worker to serve describe request. '
+        "Please use scale workers API to add workers."
     )
 
 

@@ -121,7 +121,8 @@ def test_register_predict_scale_describe_unregister(
         assert (described["minWorkers"], described["maxWorkers"]) == (1, 1)
         assert described["jobQueueStatus"] == {"remainingCapacity": 100, "pendingRequests": 0}
         assert described["maxBatchDelay"] == 100
-        assert described["status"] == "Healthy"
+        assert "status" not in described  # as TorchServe 0.12: never set
+        assert "deviceIds" not in described  # null (no GPUs named) is left out
         [worker] = described["workers"]
         assert worker["status"] == "READY"
         assert worker["gpuUsage"] == "N/A"

@@ -202,7 +202,8 @@ async def test_a_model_without_workers_is_503(jp_fetch: Fetch, jp_serverapp: Any
         "code": 503,
         "type": "ServiceUnavailableException",
         "message": 'Model "idle" has no worker to serve inference request. '
-        "Please use scale workers API to add workers.",
+        "Please use scale workers API to add workers. If this is a sequence inference, "
+        "please check if it is closed, or expired; or exceeds maxSequenceJobQueueSize",
     }
 
 

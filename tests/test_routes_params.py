@@ -39,8 +39,20 @@ def test_integers_parse_as_java_parse_int_and_empty_counts_as_not_given(
     assert int_arg({"n": value}, "n", 99) == (99 if expected is None else expected)
 
 
-@pytest.mark.parametrize("value", ["dd", "1.5", " 5", "5_0", True, 2.0, "abc" * 40])
-def test_a_number_that_is_not_an_integer_is_a_400_naming_it(value: Any) -> None:
+@pytest.mark.parametrize("value", ["dd", "1.5", " 5", "5_0", "nan", "2147483648", "-2147483649"])
+def test_a_text_java_cannot_parse_as_an_int_means_not_given(value: str) -> None:
+    """TorchServe's `getIntParameter`: what `Integer.parseInt` refuses takes the default."""
+    assert optional_int({"n": value}, "n") is None
+    assert int_arg({"n": value}, "n", 99) == 99
+
+
+def test_the_32_bit_bounds_still_parse() -> None:
+    assert optional_int({"n": "2147483647"}, "n") == 2**31 - 1
+    assert optional_int({"n": "-2147483648"}, "n") == -(2**31)
+
+
+@pytest.mark.parametrize("value", [True, 2.0, [1], {"a": 1}])
+def test_a_json_value_that_is_no_integer_is_a_400_naming_it(value: Any) -> None:
     with pytest.raises(BadRequest, match=r"Invalid value for n: .* \(an integer is expected\)"):
         optional_int({"n": value}, "n")
 
@@ -135,23 +147,35 @@ def test_scale_defaults_min_one_max_min_asynchronous() -> None:
     assert (args.version, args.min_worker, args.max_worker, args.synchronous) == ("2.0", 3, 3, True)
 
 
-def test_scale_ignores_timeout_and_gpus_and_refuses_junk_counts() -> None:
+def test_scale_ignores_timeout_and_gpus_and_junk_counts_and_refuses_negative_ones() -> None:
     args = scale_args({"synchronous": "Nan", "timeout": "0", "number_gpu": "10"}, None)
     assert (args.min_worker, args.max_worker, args.synchronous) == (1, 1, False)
-    for junk in ({"min_worker": "nan"}, {"max_worker": "x"}, {"min_worker": "-3"}):
-        with pytest.raises(BadRequest, match=r"Invalid value for m.._worker"):
-            scale_args(junk, None)
+    args = scale_args({"min_worker": "nan", "max_worker": "x"}, None)
+    assert (args.min_worker, args.max_worker) == (1, 1)
+    with pytest.raises(BadRequest, match=r"Invalid value for min_worker"):
+        scale_args({"min_worker": "-3"}, None)
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [({"batch_size": "0"}, "batch_size: 0 \\(at least 1\\)"),
-     ({"batch_size": "abc"}, "batch_size"), ({"max_batch_delay": "-1"}, "max_batch_delay"),
-     ({"initial_workers": "-1"}, "initial_workers"), ({"model_name": ""}, "an empty name")],
+     ({"max_batch_delay": "-1"}, "max_batch_delay"), ({"model_name": ""}, "an empty name")],
 )  # fmt: skip
 def test_register_refuses_bad_counts_and_an_empty_name(args: dict[str, str], message: str) -> None:
     with pytest.raises(BadRequest, match=message):
         register_args({"url": "echo.mar", **args})
+
+
+def test_register_takes_junk_numbers_as_not_given_and_negative_workers_as_none() -> None:
+    """What TorchServe 0.12 registers for `batch_size=abc&max_batch_delay=1.5&...`."""
+    junk = {"batch_size": "abc", "max_batch_delay": "1.5", "response_timeout": "x",
+            "startup_timeout": "abc", "initial_workers": "-1"}  # fmt: skip
+    params = register_args({"url": "echo.mar", **junk}).params
+    assert params.batch_size is None
+    assert params.max_batch_delay_ms is None
+    assert params.response_timeout is None
+    assert params.startup_timeout is None
+    assert params.initial_workers == 0
 
 
 def test_worker_counts_above_the_ceiling_are_refused() -> None:

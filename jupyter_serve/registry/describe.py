@@ -40,9 +40,14 @@ def model_status(model: Model) -> str:
 
 
 def describe_model(model: Model) -> dict[str, Any]:
-    """One element of TorchServe's describe-model array."""
+    """One element of TorchServe's describe-model array.
+
+    As TorchServe 0.12 answers it: `deviceIds` only when the model names GPUs (its
+    null is left out), and no model-level `status` (TorchServe never sets it; the
+    panel's summary has `model_status`).
+    """
     spec = model.spec
-    return {
+    described = {
         "modelName": spec.model_name,
         "modelVersion": spec.version,
         "modelUrl": spec.model_url,
@@ -58,7 +63,6 @@ def describe_model(model: Model) -> dict[str, Any]:
         "deviceType": spec.device_type.value,
         "deviceIds": list(spec.device_ids),
         **_OFF_FEATURES,
-        "status": model_status(model),
         "loadedAtStartup": model.loaded_at_startup,
         "workers": model.pool.workers,
         "jobQueueStatus": {
@@ -66,6 +70,9 @@ def describe_model(model: Model) -> dict[str, Any]:
             "pendingRequests": model.batcher.pending_count,
         },
     }
+    if not spec.device_ids:
+        del described["deviceIds"]
+    return described
 
 
 def model_page(

@@ -168,7 +168,11 @@ class ExplanationRoute(PredictionRoute):
 
 
 class PingRoute(ServeRoute):
-    """`GET {base_url}serve/ping`: 200 Healthy, or 500 Unhealthy when a model lacks workers."""
+    """`{base_url}serve/ping`: 200 Healthy, or 500 Unhealthy when a model lacks workers.
+
+    TorchServe answers the health check whatever the verb (HEAD with no body); OPTIONS
+    stays jupyter_server's (a browser's CORS preflight).
+    """
 
     @allow(READ)
     def get(self) -> None:
@@ -176,6 +180,8 @@ class PingRoute(ServeRoute):
             self.write_json({"status": "Healthy"})
         else:
             self.write_json({"status": "Unhealthy"}, status=500)
+
+    head = post = put = delete = patch = get
 
 
 ROUTES: list[tuple[str, type[Any]]] = [

@@ -93,7 +93,9 @@ class ModelRoute(ManagementRoute):
     async def get(self, name: str, version: str | None = None) -> None:
         described = self.registry.describe(name, version)
         if version != "all" and bool_arg(self.query(), "customized", False):
-            described[0]["customizedMetadata"] = await self._customized(name, version)
+            metadata = await self._customized(name, version)
+            if metadata is not None:
+                described[0]["customizedMetadata"] = metadata
         self.write_json(described)
 
     @allow(WRITE)
@@ -117,8 +119,10 @@ class ModelRoute(ManagementRoute):
     def options_document(self, name: str, version: str | None = None) -> None:
         self.write_json(model_management_api(self.registry.get(name, version)))
 
-    async def _customized(self, name: str, version: str | None) -> Any:
-        """The handler's describe answer: parsed JSON when it parses, else the text.
+    async def _customized(self, name: str, version: str | None) -> dict[str, Any] | None:
+        """The handler's describe answer as TorchServe 0.12 shows it: a JSON object as
+        is, any other non-empty answer (text, null, a list) as `{}`, and no
+        `customizedMetadata` at all (None) for an empty one.
 
         The job carries this response's `x-request-id` and the request's headers (without
         Jupyter's credentials, as every request a handler sees).
@@ -130,10 +134,13 @@ class ModelRoute(ManagementRoute):
         text = bytes(result.body).decode("utf-8", "replace")
         if result.status >= 400:
             raise ServeError(result.reason or text, status_code=result.status)
+        if not text:
+            return None
         try:
-            return json.loads(text)
-        except ValueError:
-            return text
+            metadata = json.loads(text)
+        except (ValueError, RecursionError):
+            return {}
+        return metadata if isinstance(metadata, dict) else {}
 
 
 class SetDefaultRoute(ManagementRoute):

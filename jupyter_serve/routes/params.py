@@ -1,15 +1,20 @@
 """TorchServe's management-API parameters: query args or a JSON body, typed for the registry.
 
 Every parameter is checked before anything changes, and a client's mistake is a
-400 (`BadRequest`) saying which parameter and why. TorchServe itself silently
-takes a malformed number as "not given" (`min_worker=abc` answered 202 and changed
-nothing; `min_worker=-3` a 500); here a number that is not an integer, a negative
-worker count, a `batch_size` below 1, a negative `max_batch_delay`, an explicitly
-empty `model_name` and worker counts above the server's `max_workers_per_model`
-are refused. An empty value still means "not given", as in TorchServe, and so do
-its timeout sentinels (a `response_timeout` of 0 or less, a negative
-`startup_timeout`: the server default). Booleans follow Java's
-`Boolean.parseBoolean`: only "true" (any case) is true.
+400 (`BadRequest`) saying which parameter and why. Numbers are read as TorchServe
+reads them (Java's `Integer.parseInt`, `NettyUtils.getIntParameter`): a text that is
+not a 32-bit integer (`abc`, `1.5`, ` 1`, `99999999999`) means "not given", so
+`min_worker=nan` scales to the default and `batch_size=abc` registers with batch
+size 1, as TorchServe's own API tests expect. A JSON body's value of the wrong type
+(a float, a list) is a 400. Where TorchServe answers an integer out of range with
+a 500 or quietly misbehaves, here it is a 400: a negative `min_worker`, a
+`batch_size` below 1, a negative `max_batch_delay`, worker counts above the
+server's `max_workers_per_model`; a negative `initial_workers` registers with none,
+as in TorchServe. An explicitly empty `model_name` is refused. An empty value
+still means "not given", and so do TorchServe's timeout sentinels (a
+`response_timeout` of 0 or less, a negative `startup_timeout`: the server
+default). Booleans follow Java's `Boolean.parseBoolean`: only "true" (any case)
+is true.
 
 The functions here read an `Args` mapping (name -> the first query value as a
 string, or any JSON value of a body), so they are free of tornado.
@@ -45,6 +50,7 @@ __all__ = [
 
 Args = Mapping[str, Any]
 _INT = re.compile(r"[+-]?\d+")
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
 
 def query_args(arguments: Mapping[str, list[bytes]]) -> dict[str, str]:
@@ -68,16 +74,25 @@ def json_args(body: bytes) -> dict[str, Any]:
 
 
 def optional_int(args: Args, name: str) -> int | None:
-    """An integer argument, None when absent or empty; 400 when it is not an integer."""
+    """An integer argument; None when absent, empty, or a text Java's `Integer.parseInt`
+    refuses (TorchServe's "not given"); 400 for a JSON value of another type."""
     value = args.get(name)
     if value is None or value == "":
         return None
     if isinstance(value, int) and not isinstance(value, bool):
         return value
-    if isinstance(value, str) and _INT.fullmatch(value):
-        return int(value)
+    if isinstance(value, str):
+        return _java_int(value)
     shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
     raise BadRequest(f"Invalid value for {name}: {shown} (an integer is expected).")
+
+
+def _java_int(text: str) -> int | None:
+    """`text` as Java's `Integer.parseInt` reads it (a 32-bit integer), else None."""
+    if not _INT.fullmatch(text):
+        return None
+    value = int(text)
+    return value if _INT32_MIN <= value <= _INT32_MAX else None
 
 
 def int_arg(args: Args, name: str, default: int) -> int:
@@ -146,11 +161,16 @@ def register_args(args: Args) -> RegisterArgs:
         runtime=runtime,
         batch_size=count_arg(args, "batch_size", 1),
         max_batch_delay_ms=count_arg(args, "max_batch_delay", 0),
-        initial_workers=count_arg(args, "initial_workers", 0),
+        initial_workers=_at_least_zero(optional_int(args, "initial_workers")),
         response_timeout=_at_least(optional_int(args, "response_timeout"), 1),
         startup_timeout=_at_least(optional_int(args, "startup_timeout"), 0),
     )
     return RegisterArgs(url, params, bool_arg(args, "synchronous", True))
+
+
+def _at_least_zero(value: int | None) -> int | None:
+    """A worker count where TorchServe takes a negative one as none."""
+    return None if value is None else max(value, 0)
 
 
 def _at_least(value: int | None, minimum: int) -> int | None:

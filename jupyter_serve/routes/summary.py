@@ -29,6 +29,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..registry import Model
+from ..registry.describe import model_status
 from .access import READ, allow
 from .base import ServeRoute
 
@@ -76,7 +77,7 @@ def model_summary(
         "modelVersion": model.version,
         "isDefault": is_default,
         "status": version_status(target, ready, starting, failed),
-        "torchserveStatus": described.get("status"),
+        "torchserveStatus": model_status(model),
         **{key: described.get(key) for key in _DESCRIBED},
         "workers": workers,
         "workerCounts": {"target": target, "ready": ready, "starting": starting, "failed": failed},
