@@ -42,7 +42,7 @@ from .. import protocol
 from ..protocol import Frame, Kind
 from .forked import ForkedChild, fork_supported
 from .logs import WorkerLog, pump_lines
-from .pool import BACKOFF
+from .slots import BACKOFF
 from .process import WorkerProcess, worker_command, worker_environment, worker_socketpair
 
 __all__ = ["FactoryState", "WorkerFactory", "shadowed"]

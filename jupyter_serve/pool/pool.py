@@ -24,7 +24,6 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +35,7 @@ from .delivery import deliver, fail, stream
 from .errors import WorkerLoadError
 from .logs import LOGGER, WorkerLog
 from .process import cpu_threads_per_worker, worker_command
+from .slots import BACKOFF, LoadCallback, MetricsCallback, ScaleResult, Slot
 from .worker import SubprocessWorker, WorkerReply, WorkerState
 
 if TYPE_CHECKING:
@@ -43,48 +43,6 @@ if TYPE_CHECKING:
     from .factory import WorkerFactory
 
 __all__ = ["BACKOFF", "LoadCallback", "MetricsCallback", "ScaleResult", "WorkerPool"]
-
-BACKOFF = (0, 1, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 377, 610, 987, 1597)
-MetricsCallback = Callable[["ModelSpec", list[dict[str, Any]], float, int, float], None]
-"""on_metrics(spec, metrics, predict_ms, batch_len, queue_ms): queue_ms is the batch's mean."""
-LoadCallback = Callable[["ModelSpec", str, float, list[dict[str, Any]]], None]
-"""on_load(spec, worker_name, load_ms, metrics): a worker loaded; `metrics` its initialize's."""
-
-
-@dataclass(frozen=True)
-class ScaleResult:
-    """What a `scale` call did: workers started and stopped, and the loads that failed.
-
-    With `waited` False the call returned at once: `started` and `stopped` then
-    count the workers scheduled to start and to stop.
-    """
-
-    target: int
-    started: int = 0
-    stopped: int = 0
-    failures: tuple[WorkerLoadError, ...] = ()
-    waited: bool = True
-
-    @property
-    def ok(self) -> bool:
-        return not self.failures
-
-    @property
-    def messages(self) -> list[str]:
-        return [error.message for error in self.failures]
-
-
-@dataclass(eq=False)
-class _Slot:
-    """One worker position: its supervisor task, its current worker, its GPU."""
-
-    gpu_id: int | None
-    first_load: asyncio.Future[WorkerLoadError | None]
-    attention: asyncio.Event = field(default_factory=asyncio.Event)
-    retiring: bool = False
-    worker: SubprocessWorker | None = None
-    task: asyncio.Task[None] | None = None
-    failing_since: float | None = None  # time.monotonic() of the first failure since a load
 
 
 class WorkerPool:
@@ -131,8 +89,8 @@ class WorkerPool:
         self._visible: int | None = None
         self._stop_grace = stop_grace
         self._factory = factory
-        self._slots: list[_Slot] = []
-        self._retired: set[_Slot] = set()
+        self._slots: list[Slot] = []
+        self._retired: set[Slot] = set()
         self._changed = asyncio.Event()
         self._stopped = False
 
@@ -239,14 +197,14 @@ class WorkerPool:
         deadline = asyncio.get_running_loop().time() + self.spec.response_timeout
         return await self.batcher.submit(request, deadline, command=command)
 
-    def _add_slot(self, gpu_id: int | None) -> _Slot:
+    def _add_slot(self, gpu_id: int | None) -> Slot:
         loop = asyncio.get_running_loop()
-        slot = _Slot(gpu_id=gpu_id, first_load=loop.create_future())
+        slot = Slot(gpu_id=gpu_id, first_load=loop.create_future())
         self._slots.append(slot)
         slot.task = asyncio.ensure_future(self._supervise(slot))
         return slot
 
-    def _retire(self, slot: _Slot) -> _Slot:
+    def _retire(self, slot: Slot) -> Slot:
         slot.retiring = True
         slot.attention.set()
         self._retired.add(slot)
@@ -271,7 +229,7 @@ class WorkerPool:
 
     # ---- one slot's life -----------------------------------------------------
 
-    async def _supervise(self, slot: _Slot) -> None:
+    async def _supervise(self, slot: Slot) -> None:
         restarts = 0  # since the last successful load
         try:
             while not slot.retiring:
@@ -287,7 +245,7 @@ class WorkerPool:
             self._retired.discard(slot)
             self._notify()
 
-    async def _run_worker(self, slot: _Slot) -> bool:
+    async def _run_worker(self, slot: Slot) -> bool:
         """Start one worker in `slot`, serve with it until it dies; True if it loaded."""
         worker = SubprocessWorker(
             self.spec,
@@ -312,7 +270,7 @@ class WorkerPool:
             await worker.stop(self._stop_grace)
             self._notify()
 
-    async def _load(self, slot: _Slot, worker: SubprocessWorker) -> bool:
+    async def _load(self, slot: Slot, worker: SubprocessWorker) -> bool:
         self._notify()
         outcome = await self._start(worker)
         if outcome is None:
@@ -333,7 +291,7 @@ class WorkerPool:
             return WorkerLoadError(f"Cannot start worker {worker.id}: {exc!r}")
         return None
 
-    async def _pause(self, slot: _Slot, delay: float) -> None:
+    async def _pause(self, slot: Slot, delay: float) -> None:
         """Wait the backoff `delay` before a restart, cut short if the slot is retired."""
         if delay <= 0:
             return
@@ -344,14 +302,14 @@ class WorkerPool:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(slot.attention.wait(), delay)
 
-    def _worker_exited(self, slot: _Slot, worker: SubprocessWorker) -> None:
+    def _worker_exited(self, slot: Slot, worker: SubprocessWorker) -> None:
         if slot.worker is worker:
             slot.attention.set()
         self._notify()
 
     # ---- dispatch ------------------------------------------------------------
 
-    async def _serve(self, slot: _Slot, worker: SubprocessWorker) -> None:
+    async def _serve(self, slot: Slot, worker: SubprocessWorker) -> None:
         """The dispatch loop: pull a batch, run it on `worker`, until it dies or retires."""
         while worker.state is WorkerState.READY and not slot.retiring:
             try:
@@ -362,7 +320,7 @@ class WorkerPool:
             if batch is not None:
                 await self._run_batch(worker, batch)
 
-    async def _next_batch(self, slot: _Slot, worker: SubprocessWorker) -> list[Pending] | None:
+    async def _next_batch(self, slot: Slot, worker: SubprocessWorker) -> list[Pending] | None:
         """The next batch, or None when interrupted (the worker died, the slot retired)."""
         slot.attention.clear()  # the caller just saw READY and not retiring
         getter = asyncio.ensure_future(self.batcher.next_batch())
