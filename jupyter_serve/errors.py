@@ -10,6 +10,7 @@ its error JSON, so that `{"code", "type", "message"}` bodies match TorchServe's:
           - UnsafeArchive        400  InvalidModelException   (zip-slip, link escape, zip bomb)
         + DownloadArchive        400  DownloadArchiveException (a model url failed to download)
       x Forbidden                403  ForbiddenException      (no credentials; not authorized)
+      x IllegalArgument          403  IllegalArgumentException (a NUL character in a model url)
       x InvalidModelVersion      403  InvalidModelVersionException (removing the default version)
       x ModelNotFound            404  ModelNotFoundException
       x ModelVersionNotFound     404  ModelVersionNotFoundException
@@ -88,6 +89,11 @@ class DownloadArchive(BadRequest):
     """Downloading the archive a register url names failed."""
 
     error_type = "DownloadArchiveException"
+
+
+class IllegalArgument(ServeError):
+    status_code = 403
+    error_type = "IllegalArgumentException"
 
 
 class InvalidModelVersion(ServeError):

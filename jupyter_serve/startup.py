@@ -124,7 +124,10 @@ async def _load_one(
 def model_identity(url: str, model_store: Path) -> tuple[str, str | None]:
     """(model name, version) of a local archive, from its manifest; else from the url."""
     path = Path(url) if Path(url).is_absolute() else model_store / url
-    stem = archive_stem(Path(PurePosixPath(urllib.parse.urlsplit(url).path).name or url))
+    try:
+        stem = archive_stem(Path(PurePosixPath(urllib.parse.urlsplit(url).path).name or url))
+    except ValueError:  # a url that does not parse: the register that follows says so
+        stem = archive_stem(Path(url))
     try:
         manifest = inspect_archive(path).manifest
     except (OSError, ValueError, ServeError, zipfile.BadZipFile, tarfile.TarError):

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import http.server
+import json
+import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -17,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from jupyter_serve.errors import DownloadArchive, ModelNotFound
+from jupyter_serve.errors import DownloadArchive, IllegalArgument, ModelNotFound
 from jupyter_serve.registry.download import check_allowed
-from jupyter_serve.registry.sources import Source, SourcePolicy, locate
+from jupyter_serve.registry.sources import NUL_IN_URL, Source, SourcePolicy, locate
 
 OUTSIDE = "(local paths outside the model store are not allowed; see ServeApp.allow_local_paths)"
 
@@ -59,8 +61,21 @@ def test_names_in_the_store_are_found(store: Path) -> None:
     assert find("x.mar", store) == Source(store / "x.mar")
     assert find("folder", store).is_folder
     assert refusal("missing.mar", store) == "Model not found at: missing.mar"
-    assert refusal("x.mar\x00", store) == "Model not found at: x.mar\x00"
     assert refusal("file:///x.mar%00", store) == "Model not found at: file:///x.mar%00"
+
+
+@pytest.mark.parametrize("url", ["x.mar\x00", "x.mar\x00/../../etc/passwd", "/etc/passwd\x00"])
+def test_a_nul_character_is_torchserves_403(store: Path, url: str) -> None:
+    with pytest.raises(IllegalArgument) as raised:
+        find(url, store)
+    body = json.loads(raised.value.body())
+    assert body == {"code": 403, "type": "IllegalArgumentException", "message": NUL_IN_URL}
+
+
+@pytest.mark.parametrize("url", ["http://[::1", "http://[::1/x.mar", "https://[zz]/x.mar"])
+def test_a_url_that_does_not_parse_is_torchserves_download_failure(store: Path, url: str) -> None:
+    with pytest.raises(DownloadArchive, match=re.escape(f"Failed to download archive from: {url}")):
+        find(url, store)
 
 
 @pytest.mark.parametrize(

@@ -73,3 +73,16 @@ async def test_allow_local_paths_registers_from_anywhere(jp_fetch: Fetch, outsid
     assert body["status"].startswith('Model "echo" Version: 1.0 registered with 0 initial workers')
     missing = str(outside.with_name("missing.mar"))
     assert await register(jp_fetch, missing) == not_found(f"Model not found at: {missing}")
+
+
+async def test_urls_torchserve_rejects_early_get_its_answers_not_a_500(jp_fetch: Fetch) -> None:
+    """What TorchServe 0.12 answers for a NUL character and for a url that does not parse."""
+    nul = "echo.mar\x00/../x"
+    status, body = await register(jp_fetch, nul)
+    assert (status, body["type"]) == (403, "IllegalArgumentException")
+    assert body["message"].startswith("Null character present in file/path name.")
+    for url in ("http://[::1", "https://[::1/x.mar"):
+        assert await register(jp_fetch, url) == (400, {
+            "code": 400, "type": "DownloadArchiveException",
+            "message": f"Failed to download archive from: {url}",
+        })  # fmt: skip

@@ -42,8 +42,8 @@ from .. import protocol
 from ..protocol import Frame, Kind
 from .forked import ForkedChild, fork_supported
 from .logs import WorkerLog, pump_lines
-from .slots import BACKOFF
 from .process import WorkerProcess, worker_command, worker_environment, worker_socketpair
+from .slots import BACKOFF
 
 __all__ = ["FactoryState", "WorkerFactory", "shadowed"]
 

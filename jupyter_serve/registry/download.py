@@ -37,7 +37,10 @@ def check_allowed(url: str, patterns: Sequence[str]) -> None:
     """Refuse `url` unless it is http(s), has no decoded `..` and matches a pattern."""
     shown = url if len(url) <= _SHOWN else url[:_SHOWN] + "..."  # a redirect's Location
     refused = ModelNotFound(f"Given URL {shown} does not match any allowed URL(s)")
-    parts = urllib.parse.urlsplit(url)
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:  # a redirect to a url that does not parse
+        raise refused from None
     if parts.scheme.lower() not in ("http", "https"):
         raise refused
     path = urllib.parse.unquote(parts.path)

@@ -30,7 +30,7 @@ import urllib.parse
 from dataclasses import dataclass, fields
 from pathlib import Path, PurePosixPath
 
-from ..errors import ModelNotFound
+from ..errors import DownloadArchive, IllegalArgument, ModelNotFound
 from ..workspace import DEFAULT_WORKDIR
 from .download import DOWNLOAD_TIMEOUT, check_allowed, download
 
@@ -46,6 +46,10 @@ __all__ = [
 
 MAX_DOWNLOAD_SIZE = 4 * 1024**3  # bytes; ServeApp.max_download_size says why
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".mar", ".zip")  # what a register url may end in
+NUL_IN_URL = (  # TorchServe 0.12's words, with its 403
+    "Null character present in file/path name. There are no known legitimate use cases for "
+    "such data, but several injection attacks may use it"
+)
 
 
 @dataclass(frozen=True)
@@ -89,10 +93,15 @@ async def locate(url: str, model_store: Path, policy: SourcePolicy | None = None
     policy = policy or SourcePolicy()
     if not url:
         raise ModelNotFound("empty url")
+    if "\x00" in url:
+        raise IllegalArgument(NUL_IN_URL)
     decoded = urllib.parse.unquote(url)
     if any(".." in PurePosixPath(text.replace("\\", "/")).parts for text in (url, decoded)):
         raise ModelNotFound(f"Relative path is not allowed in url: {url}")
-    split = urllib.parse.urlsplit(url)
+    try:
+        split = urllib.parse.urlsplit(url)
+    except ValueError:  # e.g. an unclosed IPv6 bracket: TorchServe fails its download
+        raise DownloadArchive(f"Failed to download archive from: {url}") from None
     if split.scheme.lower() in ("http", "https"):
         check_allowed(url, policy.allowed_urls)
         path = await asyncio.to_thread(
