@@ -6,46 +6,39 @@ them, its exact messages (contract §1.3 and §1.6). Methods that change what is
 registered return `(status, message)`; the routes wrap the message as
 `{"status": message}`. Failures raise `ServeError` subclasses.
 
-Archives are extracted into `<workdir>/<name>/<version>-<uuid>` (removed again
-on unregister and shutdown); a no-archive folder is used in place. After every
-change a snapshot goes to `<workdir>/snapshot.json` (see `snapshot`), and
-`restore()` registers its models again at start.
+Archives are extracted into `<workdir>/<name>/<version>-<uuid>` (see `workdir`;
+removed again on unregister and shutdown); a no-archive folder is used in place.
+After every change a snapshot goes to `<workdir>/snapshot.json` (see `snapshot`),
+and `restore()` registers its models again at start.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import functools
 import logging
-import os
-import shutil
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..archive import ExtractLimits, check_model_name, extract_mar, read_manifest
+from ..archive import ExtractLimits
 from ..batching import Batcher, no_worker_message
-from ..deps import install_requirements
 from ..errors import (
-    ArchiveError,
     BadRequest,
     ConflictStatus,
     InvalidModelVersion,
     ModelNotFound,
     ModelVersionNotFound,
-    NotAnArchive,
     OutOfResources,
     ServeError,
     ServiceUnavailable,
 )
-from ..models import ModelSpec, RegisterParams, ServerDefaults, resolve_spec
+from ..models import ModelSpec, RegisterParams, ServerDefaults
 from ..pool import ScaleResult, WorkerPool
 from .describe import MAX_PAGE, describe_model, model_page
 from .snapshot import SnapshotItem, read_snapshot, snapshot_data, write_snapshot
-from .sources import MAX_DOWNLOAD_SIZE, Source, SourcePolicy, archive_stem, locate
+from .sources import MAX_DOWNLOAD_SIZE, Source, SourcePolicy, locate
+from .workdir import install_model_requirements, prepare_model, remove_paths
 
 __all__ = ["Model", "ModelRegistry", "PoolFactory", "RegistryConfig"]
 
@@ -53,7 +46,6 @@ log = logging.getLogger(__name__)
 
 PoolFactory = Callable[[ModelSpec, Batcher], WorkerPool]
 ASYNC_MESSAGE = "Processing worker updates..."
-NOT_AN_ARCHIVE = "Model name is not defined."  # TorchServe 0.12's 400 for a file it cannot open
 
 
 @dataclass(frozen=True)
@@ -181,46 +173,17 @@ class ModelRegistry:
     ) -> tuple[Model, int, str]:
         source = await locate(url, self.config.model_store, SourcePolicy.of(self.config))
         try:
-            spec, extracted = await self._prepare(url, source, params)
+            spec, extracted = await prepare_model(self.config, url, source, params)
         except BaseException:
-            _remove(source.downloaded)
+            remove_paths(source.downloaded)
             raise
         try:
             model = await self._admit(spec, source, extracted)
         except BaseException:
-            await asyncio.to_thread(_remove, extracted, source.downloaded)
+            await asyncio.to_thread(remove_paths, extracted, source.downloaded)
             raise
         status, message = await self._start_initial(model, synchronous)
         return model, status, message
-
-    async def _prepare(
-        self, url: str, source: Source, params: RegisterParams
-    ) -> tuple[ModelSpec, Path | None]:
-        """The spec of the located model, extracting an archive under the workdir first."""
-        config = self.config
-        resolve = functools.partial(resolve_spec, defaults=config.defaults, gpus=config.gpus)
-        if source.is_folder:
-            return resolve(source.path, params=params, model_url=url), None
-        tag = uuid.uuid4().hex
-        staging = config.workdir / ".incoming" / tag
-        limits = config.extract_limits
-        try:
-            root = await asyncio.to_thread(extract_mar, source.path, staging, limits=limits)
-        except NotAnArchive as exc:  # TorchServe's answer (its default manifest has no name)
-            raise ArchiveError(NOT_AN_ARCHIVE, cause=exc.message) from None
-        try:
-            name = params.model_name or read_manifest(root).model.model_name
-            name = name or archive_stem(source.path)
-            check_model_name(name)
-            params = dataclasses.replace(params, model_name=name)
-            spec = resolve(root, params=params, model_url=url)
-            final = config.workdir / name / f"{spec.version}-{tag}"
-            final.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(staging, final)
-        except BaseException:
-            await asyncio.to_thread(_remove, staging)
-            raise
-        return spec.with_changes(model_dir=str(final / root.relative_to(staging))), final
 
     async def _admit(self, spec: ModelSpec, source: Source, extracted: Path | None) -> Model:
         """Reserve the name and version, install requirements, add the model."""
@@ -231,7 +194,7 @@ class ModelRegistry:
             )
         self._reserved.add(key)
         try:
-            spec = await self._with_requirements(spec)
+            spec = await install_model_requirements(self.config, spec)
         finally:
             self._reserved.discard(key)
         batcher = Batcher.for_spec(spec)
@@ -241,16 +204,6 @@ class ModelRegistry:
         self._models[key] = model
         self._defaults.setdefault(spec.model_name, spec.version)
         return model
-
-    async def _with_requirements(self, spec: ModelSpec) -> ModelSpec:
-        """Install the archive's requirements file when `install_py_dep_per_model` is on."""
-        requirements = spec.manifest.get("model", {}).get("requirementsFile")
-        if not (self.config.install_py_dep_per_model and requirements):
-            return spec
-        target = self.config.workdir / spec.model_name / f"deps-{spec.version}"
-        source = Path(spec.model_dir) / requirements
-        await install_requirements(source, target, spec.python, extra_args=self.config.pip_args)
-        return spec.with_changes(python_path=(*spec.python_path, str(target)))
 
     async def _start_initial(self, model: Model, synchronous: bool) -> tuple[int, str]:
         spec = model.spec
@@ -338,7 +291,7 @@ class ModelRegistry:
         if self.config.on_drop is not None:
             self.config.on_drop(model.name, model.version)
         await _dispose(model)
-        await asyncio.to_thread(_remove, model.downloaded)
+        await asyncio.to_thread(remove_paths, model.downloaded)
 
     # ---- life cycle ----------------------------------------------------------
 
@@ -433,14 +386,4 @@ async def _dispose(model: Model) -> None:
     """Fail queued requests, stop the workers, remove the extracted folder."""
     model.batcher.close(ServiceUnavailable(no_worker_message(model.name, model.version)))
     await model.pool.stop()
-    await asyncio.to_thread(_remove, model.extracted)
-
-
-def _remove(*paths: Path | None) -> None:
-    for path in paths:
-        if path is None:
-            continue
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
+    await asyncio.to_thread(remove_paths, model.extracted)
