@@ -4,6 +4,7 @@
   with TorchServe's statuses and messages; one `Model` (spec + batcher + pool) each.
 * `sources`: where a register url points (model store, local path, allowed download).
 * `workdir`: an archive extracted (and its requirements installed) under the workdir.
+* `start_failure`: TorchServe's error when a model's workers fail to start.
 * `describe`: TorchServe's describe and list JSON.
 * `snapshot`: the `model_snapshot` file written after every change, read by `restore()`.
 

@@ -29,15 +29,14 @@ from ..errors import (
     InvalidModelVersion,
     ModelNotFound,
     ModelVersionNotFound,
-    OutOfResources,
-    ServeError,
     ServiceUnavailable,
 )
 from ..models import ModelSpec, RegisterParams, ServerDefaults
-from ..pool import ScaleResult, WorkerPool
+from ..pool import WorkerPool
 from .describe import MAX_PAGE, describe_model, model_page
 from .snapshot import SnapshotItem, read_snapshot, snapshot_data, write_snapshot
 from .sources import MAX_DOWNLOAD_SIZE, Source, SourcePolicy, locate
+from .start_failure import start_failure
 from .workdir import install_model_requirements, prepare_model, remove_paths
 
 __all__ = ["Model", "ModelRegistry", "PoolFactory", "RegistryConfig"]
@@ -221,7 +220,7 @@ class ModelRegistry:
             # Keep what the workers printed (their tracebacks): `logs()` shows it afterwards.
             self._failed_logs[spec.model_name] = model.pool.recent_logs()
             await self._drop(model)
-            raise _start_failure(result, spec.model_name, spec.version)
+            raise start_failure(result, spec.model_name, spec.version)
         self._save()
         return 200, f"{head} {spec.min_workers} initial workers"
 
@@ -251,7 +250,7 @@ class ModelRegistry:
         if not synchronous:
             return 202, ASYNC_MESSAGE
         if not result.ok:
-            raise _start_failure(result, name, version or "null")
+            raise start_failure(result, name, version or "null")
         if len(model.pool.workers) < min_worker:  # starting ones count, as in TorchServe
             return 206, "Workers scaling in progress..."
         named = f"model: {name}" if version is None else f"model: {name}, version: {version}"
@@ -362,24 +361,6 @@ def _one_line(exc: BaseException) -> str:
     """An error as one short log line (its type and first line), never a traceback."""
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__
-
-
-def _start_failure(result: ScaleResult, name: str, version: str) -> ServeError:
-    """TorchServe's "Failed to start workers" error, with the first worker's reason (the
-    last line of its traceback: the handler's exception) as the answer's `cause`."""
-    message = f"Failed to start workers for model {name} version: {version}"
-    if any(error.status_code == 507 for error in result.failures):
-        return OutOfResources(message, cause=_load_cause(result))
-    return ServeError(message, cause=_load_cause(result))
-
-
-def _load_cause(result: ScaleResult) -> str | None:
-    for failure in result.failures:
-        lines = [line.strip() for line in failure.traceback.splitlines() if line.strip()]
-        cause = lines[-1] if lines else failure.message
-        if cause:
-            return cause[:300]
-    return None
 
 
 async def _dispose(model: Model) -> None:
