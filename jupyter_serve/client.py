@@ -1,19 +1,10 @@
-"""The kernel side's way to the server: discovery of the Jupyter server and a small HTTP client.
+"""The kernel side's HTTP client of jupyter_serve's routes: `ServeClient`.
 
 Magics and widgets run in a kernel, a different process from the Jupyter server,
-and talk to it over HTTP with the server's token. Discovery order:
-
-1. explicit arguments (`%serve connect URL --token T`);
-2. the environment: ``JUPYTER_SERVE_URL`` and ``JUPYTER_SERVE_TOKEN``;
-3. the runtime file of the server that started this kernel:
-   ``jpserver-$JPY_PARENT_PID.json`` in Jupyter's runtime directory;
-4. a scan of every ``jpserver-*.json``, keeping the server whose ``/api/kernels``
-   lists this kernel's id;
-5. outside a kernel (`jupyter serve keys`, ``any_server=True``): the one running
-   server whose runtime file is there (several: say which with ``--url``).
-
-The runtime files are read directly: importing `jupyter_server.serverapp` in a
-kernel costs seconds (tech-notes.md). Standard library only (urllib).
+and talk to it over HTTP with the server's token. Which server, and its token, is
+discovery.py's `discover` (its names are re-exported here, where the kernel side
+imports them). Standard library only (urllib): the kernel side never imports
+tornado or jupyter_server (tests/test_layering.py).
 
 `ServeClient.register` takes a path of the kernel's machine too: an archive the
 server may read where it is (the same machine: its model store, a
@@ -34,13 +25,34 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-URL_ENV = "JUPYTER_SERVE_URL"
-TOKEN_ENV = "JUPYTER_SERVE_TOKEN"
-PREFIX = "serve"
+from .discovery import (
+    PREFIX,
+    TOKEN_ENV,
+    URL_ENV,
+    ServerInfo,
+    ServerNotFound,
+    current_kernel_id,
+    discover,
+    runtime_dir,
+)
 
-
-class ServerNotFound(Exception):
-    """No Jupyter server with jupyter_serve could be found."""
+__all__ = [
+    "PREFIX",
+    "TOKEN_ENV",
+    "URL_ENV",
+    "NotAnArchive",
+    "Response",
+    "ServeClient",
+    "ServeClientError",
+    "ServerInfo",
+    "ServerNotFound",
+    "UploadError",
+    "client_error",
+    "current_kernel_id",
+    "discover",
+    "local_archive",
+    "runtime_dir",
+]
 
 
 class ServeClientError(Exception):
@@ -64,128 +76,6 @@ class UploadError(ServeClientError):
 
 class NotAnArchive(ValueError):
     """A local register path that is a folder: only archive files can be uploaded."""
-
-
-@dataclass(frozen=True)
-class ServerInfo:
-    """Where a Jupyter server listens (`url` ends with its base_url) and its token."""
-
-    url: str
-    token: str = ""
-    source: str = "explicit"
-
-    @property
-    def serve_url(self) -> str:
-        return self.url.rstrip("/") + "/" + PREFIX + "/"
-
-
-def runtime_dir() -> Path:
-    from jupyter_core.paths import jupyter_runtime_dir  # light: no server import
-
-    return Path(jupyter_runtime_dir())
-
-
-def _read_runtime_file(path: Path) -> ServerInfo | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    url = data.get("url")
-    if not isinstance(url, str):
-        return None
-    return ServerInfo(url, str(data.get("token") or ""), f"runtime file {path.name}")
-
-
-def discover(
-    url: str | None = None,
-    token: str | None = None,
-    *,
-    env: Mapping[str, str] | None = None,
-    runtime: Path | None = None,
-    kernel_id: str | None = None,
-    any_server: bool = False,
-) -> ServerInfo:
-    """The Jupyter server this kernel should talk to (see the module docstring)."""
-    environ = os.environ if env is None else env
-    if url:
-        return ServerInfo(url, token or environ.get(TOKEN_ENV, ""), "explicit")
-    if environ.get(URL_ENV):
-        return ServerInfo(environ[URL_ENV], token or environ.get(TOKEN_ENV, ""), "environment")
-    folder = runtime or runtime_dir()
-    parent = environ.get("JPY_PARENT_PID")
-    if parent:
-        found = _read_runtime_file(folder / f"jpserver-{parent}.json")
-        if found is not None:
-            return found
-    if kernel_id:
-        for candidate in _runtime_files(folder):
-            if kernel_id in _kernel_ids(candidate):
-                return candidate
-    if any_server:
-        return _only_running_server(folder)
-    raise ServerNotFound(
-        "No Jupyter server found: set JUPYTER_SERVE_URL and JUPYTER_SERVE_TOKEN, "
-        "or use `%serve connect URL --token TOKEN`."
-    )
-
-
-def _runtime_files(folder: Path) -> Iterable[ServerInfo]:
-    for path in sorted(folder.glob("jpserver-*.json")):
-        info = _read_runtime_file(path)
-        if info is not None:
-            yield info
-
-
-def _only_running_server(folder: Path) -> ServerInfo:
-    """The one server whose runtime file names a live process (a shell has no kernel)."""
-    running = []
-    for path in sorted(folder.glob("jpserver-*.json")):
-        info = _read_runtime_file(path)
-        if info is not None and _alive(path.stem.removeprefix("jpserver-")):
-            running.append(info)
-    if len(running) == 1:
-        return running[0]
-    if not running:
-        raise ServerNotFound(
-            "No running Jupyter server found: pass --url and --token, or set "
-            "JUPYTER_SERVE_URL and JUPYTER_SERVE_TOKEN."
-        )
-    urls = ", ".join(info.url for info in running)
-    raise ServerNotFound(f"Several Jupyter servers are running ({urls}): pick one with --url.")
-
-
-def _alive(pid: str) -> bool:
-    """True unless the process of a runtime file (`jpserver-<pid>.json`) is gone."""
-    if not pid.isdigit() or os.name != "posix":
-        return True
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's live process
-        return True
-    return True
-
-
-def _kernel_ids(server: ServerInfo) -> set[str]:
-    try:
-        kernels = ServeClient(server, timeout=2).request_json("GET", "../api/kernels")
-    except (OSError, ServeClientError, ValueError):
-        return set()
-    return {str(k.get("id")) for k in kernels if isinstance(k, dict)}
-
-
-def current_kernel_id() -> str | None:
-    """This kernel's id, from its connection file name (`kernel-<id>.json`)."""
-    try:
-        from ipykernel.connect import get_connection_file
-    except ImportError:
-        return None
-    try:
-        name = Path(get_connection_file()).name
-    except Exception:  # no running kernel app (plain IPython)
-        return None
-    return name[len("kernel-") : -len(".json")] if name.startswith("kernel-") else None
 
 
 @dataclass(frozen=True)

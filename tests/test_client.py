@@ -1,83 +1,13 @@
-"""Kernel-side discovery of the Jupyter server, and the HTTP client against a real server."""
+"""The kernel side's HTTP client against a real server (finding it: test_discovery.py)."""
 
 from __future__ import annotations
 
 import asyncio
-import json
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from jupyter_serve.client import (
-    ServeClient,
-    ServeClientError,
-    ServerInfo,
-    ServerNotFound,
-    discover,
-)
-
-
-def write_runtime(folder: Path, pid: int, url: str, token: str) -> None:
-    (folder / f"jpserver-{pid}.json").write_text(json.dumps({"url": url, "token": token}))
-
-
-def test_explicit_beats_environment_beats_runtime_files(tmp_path: Path) -> None:
-    write_runtime(tmp_path, 42, "http://127.0.0.1:9/", "file-token")
-    env = {"JUPYTER_SERVE_URL": "http://env:1/", "JUPYTER_SERVE_TOKEN": "env-token",
-           "JPY_PARENT_PID": "42"}  # fmt: skip
-    assert discover("http://arg:2/", "arg", env=env, runtime=tmp_path) == ServerInfo(
-        "http://arg:2/", "arg", "explicit"
-    )
-    assert discover(env=env, runtime=tmp_path) == ServerInfo(
-        "http://env:1/", "env-token", "environment"
-    )
-    del env["JUPYTER_SERVE_URL"]
-    found = discover(env=env, runtime=tmp_path)
-    assert (found.url, found.token) == ("http://127.0.0.1:9/", "file-token")
-    assert found.source == "runtime file jpserver-42.json"
-
-
-def test_without_anything_it_says_how_to_connect(tmp_path: Path) -> None:
-    with pytest.raises(ServerNotFound, match="JUPYTER_SERVE_URL"):
-        discover(env={}, runtime=tmp_path)
-
-
-@pytest.fixture
-def kernels_server() -> Iterator[str]:
-    """A loopback HTTP server whose /api/kernels lists one kernel (and checks the token)."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            ok = self.path.endswith("/api/kernels") and self.headers["Authorization"] == "token t2"
-            body = json.dumps([{"id": "kernel-abc"}] if ok else {"message": "no"}).encode()
-            self.send_response(200 if ok else 403)
-            self.send_header("Content-Type", "application/json")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/base/"
-    server.shutdown()
-    server.server_close()
-    thread.join()
-
-
-def test_scan_matches_the_server_running_this_kernel(tmp_path: Path, kernels_server: str) -> None:
-    write_runtime(tmp_path, 1, "http://127.0.0.1:9/", "t1")  # nobody listens there
-    write_runtime(tmp_path, 2, kernels_server, "t2")
-    found = discover(env={}, runtime=tmp_path, kernel_id="kernel-abc")
-    assert (found.url, found.token) == (kernels_server, "t2")
-    with pytest.raises(ServerNotFound):
-        discover(env={}, runtime=tmp_path, kernel_id="another-kernel")
+from jupyter_serve.client import ServeClient, ServeClientError, ServerInfo
 
 
 @pytest.fixture

@@ -1,26 +1,15 @@
-"""The client's inference-key calls against a real server, the key table, and discovery
-outside a kernel (`any_server`: the one running server's runtime file)."""
+"""The client's inference-key calls against a real server, and the key table."""
 
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from route_models import server_config
 
-from jupyter_serve.client import (
-    ServeClient,
-    ServeClientError,
-    ServerInfo,
-    ServerNotFound,
-    discover,
-)
+from jupyter_serve.client import ServeClient, ServeClientError, ServerInfo
 from jupyter_serve.keys import key_table
 
 
@@ -67,29 +56,3 @@ def test_key_table() -> None:
         "0123456789ab  ci    a,b     T1",
         "ba9876543210  -     (all)   T2",
     ]
-
-
-def write_runtime(folder: Path, pid: int, url: str) -> None:
-    (folder / f"jpserver-{pid}.json").write_text(json.dumps({"url": url, "token": f"t{pid}"}))
-
-
-def dead_pid() -> int:
-    process = subprocess.Popen([sys.executable, "-c", ""])
-    process.wait()
-    return process.pid
-
-
-def test_outside_a_kernel_the_one_running_server_is_found(tmp_path: Path) -> None:
-    with pytest.raises(ServerNotFound, match="No running Jupyter server"):
-        discover(env={}, runtime=tmp_path, any_server=True)
-    write_runtime(tmp_path, dead_pid(), "http://127.0.0.1:1/")  # a server that crashed
-    write_runtime(tmp_path, os.getpid(), "http://127.0.0.1:2/")
-    found = discover(env={}, runtime=tmp_path, any_server=True)
-    assert (found.url, found.token) == ("http://127.0.0.1:2/", f"t{os.getpid()}")
-    with pytest.raises(ServerNotFound, match="%serve connect"):
-        discover(env={}, runtime=tmp_path)  # kernels keep their own rules
-    write_runtime(tmp_path, os.getppid(), "http://127.0.0.1:3/")
-    with pytest.raises(ServerNotFound, match=r"Several Jupyter servers.*--url"):
-        discover(env={}, runtime=tmp_path, any_server=True)
-    env = {"JUPYTER_SERVE_URL": "http://env:1/", "JUPYTER_SERVE_TOKEN": "e"}
-    assert discover(env=env, runtime=tmp_path, any_server=True).url == "http://env:1/"
