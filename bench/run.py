@@ -26,6 +26,7 @@ import argparse
 import asyncio
 import contextlib
 import datetime
+import importlib.metadata
 import json
 import os
 import platform
@@ -336,7 +337,8 @@ def inprocess_run(model: str, batches: str, threads: int, processes: int,
 
 
 def meta(args: argparse.Namespace) -> dict[str, Any]:
-    import torch  # only for its version: the runner's venv is jupyter_serve's
+    # torch's version from its metadata: the runner never imports torch (workloads.py says why)
+    torch_version = importlib.metadata.version("torch")
 
     cpu = platform.processor() or platform.machine()
     memory = psutil.virtual_memory().total / (1 << 30)
@@ -344,7 +346,7 @@ def meta(args: argparse.Namespace) -> dict[str, Any]:
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "mode": "memory" if args.memory else "quick" if args.quick else "full",
         "machine": f"{os.cpu_count()} CPUs ({cpu}), {memory:.0f} GiB, Python "
-        f"{platform.python_version()}, torch {torch.__version__}, load at start "
+        f"{platform.python_version()}, torch {torch_version}, load at start "
         f"{os.getloadavg()[0]:.2f}; shared and noisy: compare ratios, not absolutes",
         "argv": sys.argv[1:],
         "torchserve": args.torchserve,

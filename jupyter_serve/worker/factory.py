@@ -13,7 +13,8 @@ fork lets OpenBLAS's own `pthread_atfork` handler shut it down (a process that
 later calls BLAS restarts it, as a forked worker does). Its objects are moved to
 the garbage collector's permanent generation (`gc.freeze`), so that collections in
 a forked worker do not write to, and so copy, the pages they share with the
-factory. The factory then counts its threads and says hello::
+factory, and the library pages only the import used are handed back to the kernel
+(`pageout.release_file_pages`). The factory then counts its threads and says hello::
 
     R {"status": 200, "message": "factory", "pid", "modules", "threads"}
 
@@ -44,6 +45,7 @@ from collections.abc import Sequence
 
 from ..protocol import Frame, Kind, ProtocolError, decode_packet, encode
 from . import warm
+from .pageout import release_file_pages
 
 MAX_PACKET = 64 * 1024
 FDS_PER_FORK = 3  # the worker's socket, its stdout, its stderr
@@ -61,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     modules = warm.warm_up()
     gc.collect()
     gc.freeze()  # a forked worker's collections then leave the factory's objects (and pages) alone
+    release_file_pages()  # the import-time library pages: workers fault in what they use
     if thread_count() > 1:
         _quiesce()
     hello = {"status": 200, "message": "factory", "pid": os.getpid()}
