@@ -50,7 +50,7 @@ from .registry import ModelRegistry, RegistryConfig
 from .routes import ROUTES
 from .routes.admission import fast_path_applies
 from .routes.fastpath import fast_rules, fast_targets
-from .routes.lane import Lane
+from .routes.lane import Lane, LaneWriter
 from .startup import StartupPlan, start_models
 from .ts_config import apply_env_overrides, from_properties, read_properties
 
@@ -272,7 +272,7 @@ class ServeApp(ServeAppTraits, ExtensionApp):
         self.lane = Lane(
             http_server,
             prefix,
-            dict(fast_targets(serverapp.web_app.settings)),
+            dict(fast_targets(serverapp.web_app.settings, writer=LaneWriter)),
             token=lambda: str(provider.token or ""),
             max_body=lambda: int(self.max_request_size),
             settings=serverapp.web_app.settings,

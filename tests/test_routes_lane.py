@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -338,3 +339,42 @@ class TestSwitchedOff:
     async def test_no_lane(self, jp_serverapp: Any, http_server: Any) -> None:
         assert getattr(jp_serverapp.web_app.settings["serve_app"], "lane", None) is None
         assert "handle_stream" not in vars(http_server)
+
+
+HEADERS = """
+def handle(data, context):
+    if data is None:
+        return None
+    context.set_response_status(201, "Made")
+    context.set_response_content_type(0, "text/x-first")
+    context.set_response_header(0, "content-TYPE", "text/x-replaced")
+    context.set_response_header(0, "x-b", "2")
+    context.set_response_header(0, "X-A", "1")
+    context.set_response_header(0, "x-a", "3")
+    return ["made"]
+"""
+
+
+async def test_the_lane_writes_the_bytes_of_the_lean_rule(
+    jp_serverapp: Any, lane: Lane, jp_http_port: int
+) -> None:
+    """The lane's answer head is byte for byte the one tornado's `HTTP1Connection` writes
+    for the lean rule (a connection handed over first), request id aside."""
+    await register(jp_serverapp, name="headers", source=HEADERS)
+    base, token = jp_serverapp.base_url, jp_serverapp.identity_provider.token
+    heads = []
+    for handover_first in (False, True):
+        async with connected(jp_http_port) as raw:
+            if handover_first:  # another route first: tornado serves the connection from here
+                raw.send(request(base, token, "serve/ping", b"", method="GET"))
+                assert (await raw.response())[0] == 200
+            raw.send(request(base, token, "serve/predictions/headers"))
+            head = await raw.reader.readuntil(b"\r\n\r\n")
+            assert await raw.reader.readexactly(4) == b"made"
+        heads.append(re.sub(rb"X-Request-Id: [0-9a-f-]+", b"X-Request-Id: ID", head))
+    lane_head, lean_head = heads
+    assert lane_head == lean_head
+    assert lane_head == (
+        b"HTTP/1.1 201 Made\r\nContent-Type: text/x-first\r\nX-B: 2\r\nX-A: 3\r\n"
+        b"X-Request-Id: ID\r\nContent-Length: 4\r\n\r\n"
+    )  # names in Http-Header-Case; a later x-a replaces X-A in its place

@@ -78,16 +78,19 @@ class FastPredictions:
     writes the answer from the result future's done-callback.
     """
 
-    def __init__(self, settings: dict[str, Any], explain: bool) -> None:
+    def __init__(
+        self, settings: dict[str, Any], explain: bool, writer: type[ConnectionWriter] | None = None
+    ) -> None:
         self.settings = settings
         self.explain = explain
+        self.writer = writer or ConnectionWriter
 
     def __call__(
         self, request: httputil.HTTPServerRequest, path_args: list[bytes | None], **_: Any
     ) -> None:
         self.settings["api_last_activity"] = datetime.now(timezone.utc)
         request_id = new_request_id()
-        exchange = Exchange(ConnectionWriter(request, request_id), self.settings, request_id)
+        exchange = Exchange(self.writer(request, request_id), self.settings, request_id)
         connection: Any = request.connection
         connection.set_close_callback(exchange.client_gone)
 
@@ -192,9 +195,12 @@ def _text(arg: bytes | None) -> str | None:
         raise ServeError(f"Invalid unicode in url: {arg[:40]!r}", status_code=400) from None
 
 
-def fast_targets(settings: dict[str, Any]) -> dict[str, FastPredictions]:
-    """The lean path's answer for each route kind (shared by its rules and the lane)."""
-    return {kind: FastPredictions(settings, explain=kind == "explanations")
+def fast_targets(
+    settings: dict[str, Any], writer: type[ConnectionWriter] | None = None
+) -> dict[str, FastPredictions]:
+    """The lean path's answer for each route kind (shared by its rules and the lane, which
+    gives its own `writer`)."""
+    return {kind: FastPredictions(settings, explain=kind == "explanations", writer=writer)
             for kind in ("predictions", "explanations")}  # fmt: skip
 
 

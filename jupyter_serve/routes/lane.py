@@ -35,14 +35,18 @@ import os
 import re
 import socket
 from collections.abc import Callable
+from http.client import responses
 from typing import Any
 
 from tornado import httputil, iostream
 from tornado.escape import url_unescape
 
+from ..errors import ServeError
+from ..protocol import InferenceResult
 from .admission import VERBS, admits, model_of
 from .exchange import MODEL_PATH
-from .lane_http import LaneRequest, NotForTheLane, RequestReader
+from .fastpath import LOGGER, ConnectionWriter
+from .lane_http import LaneRequest, NotForTheLane, RequestReader, header_case
 
 READ_SIZE = 65536
 
@@ -310,6 +314,22 @@ class LaneProtocol(asyncio.Protocol):
         head = "\r\n".join(lines).encode("latin-1")
         self._send(head + b"\r\n\r\n" + self._framed(chunk or b""))
 
+    def send_whole(self, code: int, reason: str, fields: dict[str, Any], body: bytes) -> None:
+        """A whole answer with its `Content-Length` among `fields`, then `finish`."""
+        assert self.request is not None
+        self.chunked = False
+        lines = [
+            f"HTTP/1.1 {code} {reason}",
+            *(f"{name}: {value}" for name, value in fields.items()),
+        ]
+        if self.request.close_after:
+            lines.append("Connection: close")
+        head = "\r\n".join(lines)
+        if head.count("\n") != len(lines) - 1 or head.count("\r") != len(lines) - 1:
+            raise ValueError(f"Illegal characters (CR or LF) in header: {head!r}")
+        self._send(head.encode("latin-1") + b"\r\n\r\n" + body)
+        self.finish()
+
     def write(self, chunk: bytes) -> None:
         self._send(self._framed(chunk))
 
@@ -351,6 +371,42 @@ class LaneProtocol(asyncio.Protocol):
         if self.transport is None or self.transport.is_closing():
             raise iostream.StreamClosedError()  # the exchange expects tornado's error
         self.transport.write(data)
+
+
+class LaneWriter(ConnectionWriter):
+    """`ConnectionWriter` for the lane: a whole answer goes out as bytes made at once
+    (`LaneProtocol.send_whole`), the bytes `write_headers` makes from tornado's
+    `HTTPHeaders` (names in `Http-Header-Case`, a later value of a name replacing the
+    earlier in its place) without building them. Streamed answers are unchanged."""
+
+    __slots__ = ()
+
+    def answer(self, result: InferenceResult) -> None:
+        fields: dict[str, Any] = {}
+        if result.content_type:
+            fields["Content-Type"] = result.content_type
+        for name, value in result.headers.items():
+            fields[header_case(name)] = value
+        self._whole(result.status, result.reason, fields, bytes(result.body))
+
+    def error(self, error: ServeError) -> None:
+        if self.sent:  # an answer broke half-way: cut it off
+            self.connection.close()
+            return
+        self._whole(error.status_code, "", {"Content-Type": "application/json"}, error.body())
+
+    def _whole(self, status: int, reason: str, fields: dict[str, Any], body: bytes) -> None:
+        connection: LaneProtocol = self.connection
+        connection.set_close_callback(None)
+        fields["X-Request-Id"] = self.request_id
+        fields["Content-Length"] = len(body)
+        self.sent = True
+        try:
+            connection.send_whole(status, reason or responses.get(status, "Unknown"), fields, body)
+        except iostream.StreamClosedError:
+            return  # the client left; nothing to answer
+        if status >= 400:
+            LOGGER.info("%s %s %s", status, self.request.method, self.request.uri)
 
 
 def _unescape(arg: str | None) -> bytes | None:
