@@ -72,13 +72,15 @@ class _ModelStats:
 
     def add_request(self, status: int, latency_ms: float, now: float) -> None:
         self.requests += 1
-        self.statuses[str(status)] = self.statuses.get(str(status), 0) + 1
+        code = str(status)
+        self.statuses[code] = self.statuses.get(code, 0) + 1
         self.latencies_ms.append(latency_ms)
-        second = float(math.floor(now))
-        if self.completions and self.completions[-1][0] == second:
-            self.completions[-1][1] += 1
+        second = now // 1.0
+        completions = self.completions
+        if completions and completions[-1][0] == second:
+            completions[-1][1] += 1
         else:
-            self.completions.append([second, 1.0])
+            completions.append([second, 1.0])
 
     def add_batch(self, batch_len: int, batch_size: int) -> None:
         self.batches += 1
@@ -148,6 +150,8 @@ class ServeMetrics:
             self._add_family(metric_name(decl.name), decl.unit, decl.kind, decl.dimensions, "ts")
         # the server's own families, fixed from here on (a name keeps its first declaration)
         self._own = {name: f for name, f in self._families.items() if f.owner == "ts"}
+        self._host_labels = self._host()
+        self._request_families = self._families_per_request()
         self.declare_model_metrics(config.model_metrics)
 
     # ---- the server's own metrics ----
@@ -169,12 +173,18 @@ class ServeMetrics:
         so they line up with the batches of that version.
         """
         labels = (model, version or "default", self.hostname)
-        self._record("ts_inference_requests_total", labels, 1.0)
-        self._record("ts_inference_latency_microseconds", labels, latency_us)
-        self._record("ts_queue_latency_microseconds", labels, queue_us)
-        if status // 100 in (2, 4, 5):
-            self._record(f"Requests{status // 100}XX", self._host(), 1.0)
-        self._record("WorkerThreadTime", self._host(), max(0.0, latency_us - queue_us) / 1000)
+        requests, latency, queue, by_class, worker_time = self._request_families
+        if requests is not None:
+            requests.add(labels, 1.0)
+        if latency is not None:
+            latency.add(labels, latency_us)
+        if queue is not None:
+            queue.add(labels, queue_us)
+        family = by_class.get(status // 100)
+        if family is not None:
+            family.add(self._host_labels, 1.0)
+        if worker_time is not None:
+            worker_time.add(self._host_labels, max(0.0, latency_us - queue_us) / 1000)
         with self._lock:
             stats = self._stats(model, served_version or version or "default")
             stats.add_request(status, latency_us / 1000, self._clock())
@@ -295,6 +305,29 @@ class ServeMetrics:
     def _stats(self, model: str, version: str) -> _ModelStats:
         """The model version's stats, created on first use (the caller holds the lock)."""
         return self._models.setdefault((model, version), _ModelStats(self._window))
+
+    def _families_per_request(
+        self,
+    ) -> tuple[MetricFamily | None, MetricFamily | None, MetricFamily | None,
+               dict[int, MetricFamily], MetricFamily | None]:  # fmt: skip
+        """What `record_request` updates, looked up once: the three per-model-version
+        families, RequestsNXX by status class and WorkerThreadTime, each only when the
+        metrics_config has it with the label arity the server gives it."""
+        requests, latency, queue = (
+            self._own_fitting(name, 3)
+            for name in ("ts_inference_requests_total", "ts_inference_latency_microseconds",
+                         "ts_queue_latency_microseconds")
+        )  # fmt: skip
+        by_class = {
+            klass: family
+            for klass in (2, 4, 5)
+            if (family := self._own_fitting(f"Requests{klass}XX", 2)) is not None
+        }
+        return requests, latency, queue, by_class, self._own_fitting("WorkerThreadTime", 2)
+
+    def _own_fitting(self, name: str, arity: int) -> MetricFamily | None:
+        family = self._own.get(name)
+        return family if family is not None and len(family.labelnames) == arity else None
 
     def _record(self, name: str, values: tuple[str, ...], value: float) -> None:
         """Update one of the server's own metrics, if the metrics_config has it as given
