@@ -68,6 +68,8 @@ Buffer = bytes | bytearray | memoryview  # what a frame payload part may be
 _LENGTH = struct.Struct("!I")
 _PREFIX = struct.Struct("!BI")  # kind, header length
 MAX_FRAME_BYTES = 2**32 - 1
+_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))  # one for all frames (json.dumps
+# with non-default arguments builds a new encoder per call)
 
 
 class ProtocolError(Exception):
@@ -99,7 +101,7 @@ def encode(frame: Frame) -> bytes:
 
 def encode_parts(kind: Kind, header: dict[str, Any], payload: Sequence[Buffer]) -> bytes:
     """A frame's bytes from its payload in parts, joined once (no payload copy first)."""
-    head = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    head = _COMPACT_JSON.encode(header).encode("utf-8")
     length = _PREFIX.size + len(head) + sum(len(part) for part in payload)
     if length > MAX_FRAME_BYTES:
         raise ProtocolError(f"Frame of {length} bytes exceeds the 4 GiB limit")
