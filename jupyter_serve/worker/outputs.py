@@ -20,6 +20,7 @@ from typing import Any
 
 from ..protocol import InferenceResult
 from .context import Context
+from .numbers_json import numbers_json
 
 NOT_A_LIST = "Invalid model predict output"
 WRONG_LENGTH = "number of batch response mismatched"
@@ -71,6 +72,9 @@ def encode_output(item: Any, idx: int = 0) -> bytes:
     tensor = _tensor_bytes(item)
     if tensor is not None:
         return tensor
+    text = numbers_json(item)  # the same text, without json's pure-Python encoder
+    if text is not None:
+        return text.encode("ascii")
     try:
         return json.dumps(item, indent=2).encode("utf-8")
     except (TypeError, ValueError) as exc:
