@@ -48,7 +48,6 @@ def describe(name: str, version: str = "1.0", **extra: Any) -> dict[str, Any]:
         "minWorkers": 1,
         "maxWorkers": 1,
         "batchSize": 4,
-        "status": "Healthy",
         "workers": [WORKER],
         "jobQueueStatus": {"remainingCapacity": 99, "pendingRequests": 1},
         **extra,
@@ -139,7 +138,16 @@ def test_model_view_reads_torchserve_keys_and_a_load_error() -> None:
     assert view.error == "ImportError: torchvision"
     assert not view.loading  # a failure is not "loading"
     sparse = model_view({"modelName": "x", "modelVersion": None, "batchSize": "?"})
-    assert sparse == ModelView("x", "default", batch_size=1)
+    assert sparse == ModelView("x", "default", status="Healthy", batch_size=1)
+
+
+def test_health_is_derived_from_the_workers_as_torchserve_0_12_sends_no_status() -> None:
+    starting = {**WORKER, "status": "UNLOADING"}
+    assert model_view(describe("m")).status == "Healthy"  # 1 READY of minWorkers 1
+    two = describe("m", minWorkers=2, workers=[WORKER, starting])
+    assert model_view(two).status == "Partial Healthy"
+    assert model_view(describe("m", workers=[starting])).status == "Unhealthy"
+    assert model_view(describe("m", status="Partial Healthy")).status == "Partial Healthy"
 
 
 def test_parse_metrics_prefers_the_servers_json_snapshot() -> None:

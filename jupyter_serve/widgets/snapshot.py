@@ -238,18 +238,29 @@ def _add_totals(a: Totals, b: Totals) -> Totals:
 def model_view(entry: Mapping[str, Any]) -> ModelView:
     """A `ModelView` from one element of TorchServe's describe-model array."""
     queue = entry.get("jobQueueStatus") or {}
+    workers = tuple(_worker(w) for w in entry.get("workers") or [] if isinstance(w, dict))
+    min_workers = _int(entry.get("minWorkers"))
     return ModelView(
         name=str(entry.get("modelName", "")),
         version=str(entry.get("modelVersion") or "default"),
-        status=str(entry.get("status", "")),
-        min_workers=_int(entry.get("minWorkers")),
+        status=str(entry.get("status") or _health(workers, min_workers)),
+        min_workers=min_workers,
         max_workers=_int(entry.get("maxWorkers")),
         batch_size=_int(entry.get("batchSize"), 1),
-        workers=tuple(_worker(w) for w in entry.get("workers") or [] if isinstance(w, dict)),
+        workers=workers,
         pending=_int(queue.get("pendingRequests")),
         remaining_capacity=_int(queue.get("remainingCapacity")),
         error=_error(entry),
     )
+
+
+def _health(workers: tuple[WorkerView, ...], min_workers: int) -> str:
+    """TorchServe's health words for a model version whose describe carries no `status`
+    (TorchServe 0.12's never does): the rule of the server's `registry.describe.model_status`."""
+    ready = sum(worker.ready for worker in workers)
+    if ready >= min_workers:
+        return "Healthy"
+    return "Partial Healthy" if ready else "Unhealthy"
 
 
 def _worker(entry: Mapping[str, Any]) -> WorkerView:
