@@ -25,6 +25,7 @@ from jupyter_serve.archive import (
     inspect_archive,
     read_manifest,
 )
+from jupyter_serve.archive.extract import MAX_HEADER_BYTES
 from jupyter_serve.errors import ArchiveError, UnsafeArchive
 
 
@@ -335,3 +336,30 @@ def test_members_clashing_with_earlier_ones_are_refused(
     refused(archive, tmp_path, "clashes with an earlier member")
     members = [(tar_member("a"), b"file"), (tar_member("a", tarfile.SYMTYPE, "b"), b"")]
     refused(tar_with(tmp_path / "dup.tar.gz", members), tmp_path, "clashes with an earlier")
+
+
+@pytest.mark.parametrize("mode", ["w", "w:gz", "w:bz2", "w:xz"])
+def test_tars_plain_or_compressed_are_read_and_their_long_names_kept(
+    mode: str, tmp_path: Path
+) -> None:
+    """Compression is told by its magic number, as tarfile's "r:*" tells it, and member
+    data is read without the header limit (a 200-character name is a long-name record)."""
+    long_name = "d/" + "/".join(["n" * 60] * 3) + "/file.py"
+    archive = tmp_path / "model.tar"
+    with tarfile.open(archive, mode) as tar:
+        for name, data in (("handler.py", b"x = 1\n"), (long_name, b"y" * (MAX_HEADER_BYTES + 1))):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    target = extract_mar(archive, tmp_path / "out")
+    assert (target / "handler.py").read_bytes() == b"x = 1\n"
+    assert (target / long_name).stat().st_size == MAX_HEADER_BYTES + 1
+
+
+def test_an_oversized_pax_record_of_any_size_is_refused_unread(tmp_path: Path) -> None:
+    header = tarfile.TarInfo("././@PaxHeader")
+    header.type, header.size = tarfile.XHDTYPE, MAX_HEADER_BYTES + 1
+    archive = tmp_path / "pax.tar.gz"
+    with gzip.open(archive, "wb") as out:
+        out.write(header.tobuf(format=tarfile.USTAR_FORMAT) + b"a" * (MAX_HEADER_BYTES + 512))
+    refused(archive, tmp_path, rf"^Archive has a {MAX_HEADER_BYTES + 512}-byte name, link or pax")
