@@ -57,6 +57,8 @@ class InferenceRoute(ServeRoute):
         """Successful predictions skip jupyter_server's access log; errors are still logged.
 
         Their counts and latencies are in /metrics (TorchServe's names) instead.
+        `_log` is tornado's private access-log step: pyproject.toml pins tornado's major
+        version for it.
         """
         if self.get_status() >= 400:
             super()._log()
