@@ -378,3 +378,30 @@ async def test_the_lane_writes_the_bytes_of_the_lean_rule(
         b"HTTP/1.1 201 Made\r\nContent-Type: text/x-first\r\nX-B: 2\r\nX-A: 3\r\n"
         b"X-Request-Id: ID\r\nContent-Length: 4\r\n\r\n"
     )  # names in Http-Header-Case; a later x-a replaces X-A in its place
+
+
+INJECTING = """
+def handle(data, context):
+    if data is None:
+        return None
+    context.set_response_header(0, "x-echo", "a\\r\\nSet-Cookie: stolen=1")
+    return ["body"]
+"""
+
+
+async def test_a_header_value_with_cr_lf_never_reaches_the_client_on_either_path(
+    jp_serverapp: Any, lane: Lane, jp_http_port: int
+) -> None:
+    """A handler echoing request bytes into a header cannot inject one: the lane, like the
+    lean rule, sends no head at all and cuts the connection."""
+    await register(jp_serverapp, name="inject", source=INJECTING)
+    base, token = jp_serverapp.base_url, jp_serverapp.identity_provider.token
+    for handover_first in (False, True):
+        async with connected(jp_http_port) as raw:
+            if handover_first:
+                raw.send(request(base, token, "serve/ping", b"", method="GET"))
+                assert (await raw.response())[0] == 200
+            raw.send(request(base, token, "serve/predictions/inject"))
+            rest = await raw.reader.read()
+        assert b"stolen" not in rest
+        assert rest == b"", handover_first
