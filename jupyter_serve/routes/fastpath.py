@@ -26,9 +26,10 @@ does not match the rule either, so jupyter_server itself refuses it (403).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, MutableMapping
 from datetime import datetime, timezone
 from http.client import responses
-from typing import Any
+from typing import Any, TypeVar
 
 from jupyter_server.utils import url_path_join
 from tornado import httputil, iostream
@@ -38,6 +39,7 @@ from ..errors import ServeError
 from ..protocol import InferenceResult
 from .admission import VERBS, admits, fast_path_applies, model_of
 from .exchange import MODEL_PATH, Exchange, Job
+from .lane_http import header_case
 from .requests import new_request_id, to_inference_request
 
 LOGGER = logging.getLogger(__name__)
@@ -107,9 +109,14 @@ class FastPredictions:
 class ConnectionWriter:
     """An exchange's `Writer` straight to an `HTTPConnection` (tornado's `HTTP1Connection`
     or the lane's `LaneProtocol`), with the bytes `PredictionRoute` sends: the status and
-    reason, the handler's content type and headers, `x-request-id`, the raw body."""
+    reason, the handler's content type and headers, `x-request-id`, the raw body.
+
+    A whole answer's header fields are gathered in a `fields()` mapping and sent by
+    `send`; a subclass for another transport changes those two (`lane.LaneWriter`)."""
 
     __slots__ = ("connection", "request", "request_id", "sent")
+
+    fields: Callable[[], MutableMapping[str, Any]] = httputil.HTTPHeaders
 
     def __init__(self, request: httputil.HTTPServerRequest, request_id: str) -> None:
         self.request = request
@@ -118,19 +125,21 @@ class ConnectionWriter:
         self.sent = False  # a head went out (or failed half-way): no other answer can follow
 
     def answer(self, result: InferenceResult) -> None:
-        self.write(result.status, result.reason, self.result_headers(result), bytes(result.body))
+        headers = result_headers(result, self.fields())
+        self.write(result.status, result.reason, headers, bytes(result.body))
 
     def error(self, error: ServeError) -> None:
         if self.sent:  # an answer broke half-way: cut it off
             self.connection.close()
             return
-        headers = httputil.HTTPHeaders({"Content-Type": "application/json"})
+        headers = self.fields()
+        headers["Content-Type"] = "application/json"
         self.write(error.status_code, "", headers, error.body())
 
     def begin(self, result: InferenceResult) -> None:
         stream = getattr(self.connection, "stream", None)
-        headers = self.result_headers(result)
-        headers["x-request-id"] = self.request_id
+        headers = result_headers(result, httputil.HTTPHeaders())
+        headers["X-Request-Id"] = self.request_id
         self.sent = True
         try:
             if stream is not None:
@@ -158,31 +167,42 @@ class ConnectionWriter:
     def cut(self, status: int) -> None:
         self.connection.close()  # no terminating chunk: the client sees a truncated answer
 
-    def result_headers(self, result: InferenceResult) -> httputil.HTTPHeaders:
-        headers = httputil.HTTPHeaders()
-        if result.content_type:
-            headers["Content-Type"] = result.content_type
-        for key, value in result.headers.items():
-            headers[key] = value
-        return headers
-
     def start_line(self, status: int, reason: str) -> httputil.ResponseStartLine:
         reason = reason or responses.get(status, "Unknown")
         return httputil.ResponseStartLine(self.request.version, status, reason)
 
-    def write(self, status: int, reason: str, headers: httputil.HTTPHeaders, body: bytes) -> None:
+    def write(
+        self, status: int, reason: str, headers: MutableMapping[str, Any], body: bytes
+    ) -> None:
         """A whole answer, with its Content-Length."""
         self.connection.set_close_callback(None)
-        headers["x-request-id"] = self.request_id
+        headers["X-Request-Id"] = self.request_id
         headers["Content-Length"] = str(len(body))
         self.sent = True
         try:
-            self.connection.write_headers(self.start_line(status, reason), headers, body)
-            self.connection.finish()
+            self.send(status, reason or responses.get(status, "Unknown"), headers, body)
         except iostream.StreamClosedError:
             return  # the client left; nothing to answer
         if status >= 400:
             LOGGER.info("%s %s %s", status, self.request.method, self.request.uri)
+
+    def send(self, status: int, reason: str, headers: Any, body: bytes) -> None:
+        """The transport's step: the head and body out, then the answer's end."""
+        self.connection.write_headers(self.start_line(status, reason), headers, body)
+        self.connection.finish()
+
+
+Fields = TypeVar("Fields", bound=MutableMapping[str, Any])
+
+
+def result_headers(result: InferenceResult, headers: Fields) -> Fields:
+    """`headers` with a result's content type and its handler's headers, names in tornado's
+    `Http-Header-Case` (a later value of a name replaces the earlier in its place)."""
+    if result.content_type:
+        headers["Content-Type"] = result.content_type
+    for key, value in result.headers.items():
+        headers[header_case(key)] = value
+    return headers
 
 
 def _text(arg: bytes | None) -> str | None:

@@ -35,18 +35,15 @@ import os
 import re
 import socket
 from collections.abc import Callable
-from http.client import responses
 from typing import Any
 
 from tornado import httputil, iostream
 from tornado.escape import url_unescape
 
-from ..errors import ServeError
-from ..protocol import InferenceResult
 from .admission import VERBS, admits, model_of
 from .exchange import MODEL_PATH
-from .fastpath import LOGGER, ConnectionWriter
-from .lane_http import LaneRequest, NotForTheLane, RequestReader, header_case
+from .fastpath import ConnectionWriter
+from .lane_http import LaneRequest, NotForTheLane, RequestReader
 
 READ_SIZE = 65536
 
@@ -374,39 +371,16 @@ class LaneProtocol(asyncio.Protocol):
 
 
 class LaneWriter(ConnectionWriter):
-    """`ConnectionWriter` for the lane: a whole answer goes out as bytes made at once
-    (`LaneProtocol.send_whole`), the bytes `write_headers` makes from tornado's
-    `HTTPHeaders` (names in `Http-Header-Case`, a later value of a name replacing the
-    earlier in its place) without building them. Streamed answers are unchanged."""
+    """`ConnectionWriter` for the lane: a whole answer's fields gather in a dict and go out
+    as bytes made at once (`LaneProtocol.send_whole`), the bytes `write_headers` makes from
+    tornado's `HTTPHeaders`, without building them. Streamed answers are unchanged."""
 
     __slots__ = ()
 
-    def answer(self, result: InferenceResult) -> None:
-        fields: dict[str, Any] = {}
-        if result.content_type:
-            fields["Content-Type"] = result.content_type
-        for name, value in result.headers.items():
-            fields[header_case(name)] = value
-        self._whole(result.status, result.reason, fields, bytes(result.body))
+    fields = dict
 
-    def error(self, error: ServeError) -> None:
-        if self.sent:  # an answer broke half-way: cut it off
-            self.connection.close()
-            return
-        self._whole(error.status_code, "", {"Content-Type": "application/json"}, error.body())
-
-    def _whole(self, status: int, reason: str, fields: dict[str, Any], body: bytes) -> None:
-        connection: LaneProtocol = self.connection
-        connection.set_close_callback(None)
-        fields["X-Request-Id"] = self.request_id
-        fields["Content-Length"] = len(body)
-        self.sent = True
-        try:
-            connection.send_whole(status, reason or responses.get(status, "Unknown"), fields, body)
-        except iostream.StreamClosedError:
-            return  # the client left; nothing to answer
-        if status >= 400:
-            LOGGER.info("%s %s %s", status, self.request.method, self.request.uri)
+    def send(self, status: int, reason: str, headers: Any, body: bytes) -> None:
+        self.connection.send_whole(status, reason, headers, body)
 
 
 def _unescape(arg: str | None) -> bytes | None:
