@@ -102,14 +102,19 @@ def _echo_check(sent: bytes) -> Callable[[int, bytes], bool]:
     return lambda status, body: status == 200 and body == sent
 
 
-def _mlp_check(status: int, body: bytes) -> bool:
-    logits = _json(body)
-    return (
-        status == 200
-        and isinstance(logits, list)
-        and len(logits) == 10
-        and all(isinstance(x, float) and math.isfinite(x) for x in logits)
-    )
+def _finite_floats_check(count: int) -> Callable[[int, bytes], bool]:
+    """A 200 whose JSON body is a list of `count` finite floats (mlp's logits, big's outputs)."""
+
+    def check(status: int, body: bytes) -> bool:
+        values = _json(body)
+        return (
+            status == 200
+            and isinstance(values, list)
+            and len(values) == count
+            and all(isinstance(x, float) and math.isfinite(x) for x in values)
+        )
+
+    return check
 
 
 def _cnn_check(status: int, body: bytes) -> bool:
@@ -122,16 +127,6 @@ def _cnn_check(status: int, body: bytes) -> bool:
     )
 
 
-def _big_check(status: int, body: bytes) -> bool:
-    outputs = _json(body)
-    return (
-        status == 200
-        and isinstance(outputs, list)
-        and len(outputs) == 4
-        and all(isinstance(x, float) and math.isfinite(x) for x in outputs)
-    )
-
-
 def workloads() -> dict[str, Workload]:
     """Fixed, seeded bodies for each model."""
     rng = random.Random(0)
@@ -140,9 +135,9 @@ def workloads() -> dict[str, Workload]:
     image = struct.pack(f"{CNN_FLOATS}f", *(rng.random() for _ in range(CNN_FLOATS)))
     return {
         "echo": Workload("echo", echo, "application/octet-stream", _echo_check(echo)),
-        "mlp": Workload("mlp", mlp, "application/json", _mlp_check),
+        "mlp": Workload("mlp", mlp, "application/json", _finite_floats_check(10)),
         "cnn": Workload("cnn", image, "application/octet-stream", _cnn_check),
-        BIG: Workload(BIG, b"0.5", "application/json", _big_check),
+        BIG: Workload(BIG, b"0.5", "application/json", _finite_floats_check(4)),
     }
 
 

@@ -47,7 +47,7 @@ def describe_model(model: Model) -> dict[str, Any]:
     panel's summary has `model_status`).
     """
     spec = model.spec
-    described = {
+    return {
         "modelName": spec.model_name,
         "modelVersion": spec.version,
         "modelUrl": spec.model_url,
@@ -61,7 +61,7 @@ def describe_model(model: Model) -> dict[str, Any]:
         "maxRetryTimeoutInSec": round(spec.max_retry_timeout),
         "clientTimeoutInMills": spec.client_timeout_ms,
         "deviceType": spec.device_type.value,
-        "deviceIds": list(spec.device_ids),
+        **({"deviceIds": list(spec.device_ids)} if spec.device_ids else {}),
         **_OFF_FEATURES,
         "loadedAtStartup": model.loaded_at_startup,
         "workers": model.pool.workers,
@@ -70,9 +70,6 @@ def describe_model(model: Model) -> dict[str, Any]:
             "pendingRequests": model.batcher.pending_count,
         },
     }
-    if not spec.device_ids:
-        del described["deviceIds"]
-    return described
 
 
 def model_page(
