@@ -331,9 +331,9 @@ class ServeMetrics:
 
     def _record(self, name: str, values: tuple[str, ...], value: float) -> None:
         """Update one of the server's own metrics, if the metrics_config has it as given
-        (called for every answered request: one lookup, no re-validation)."""
-        family = self._own.get(name)
-        if family is not None and len(values) == len(family.labelnames):
+        (per batch and per loaded worker; `record_request` looks its families up once)."""
+        family = self._own_fitting(name, len(values))
+        if family is not None:
             family.add(values, value)
 
     def _scraped(self, families: list[MetricFamily]) -> dict[str, MetricFamily]:
