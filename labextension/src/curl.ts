@@ -1,6 +1,20 @@
 /**
- * The `curl` command equivalent to a Try-it request. The token is never in it:
- * the command reads it from `$JUPYTER_TOKEN`, which the user sets themselves.
+ * The `curl` command equivalent to a Try-it request, safe to paste into a POSIX
+ * shell whatever the data holds:
+ *
+ * - every part that comes from data (the URL, a header value, an inline body, a
+ *   file name) is one single-quoted shell word, an embedded `'` written `'\''`;
+ * - characters that act on a terminal or hide text rather than show a glyph
+ *   (Unicode Cc, Cf, Zl, Zp: ESC, Ctrl-C, a right-to-left override...) are never
+ *   written literally: each is spelled `"$(printf '\ooo')"` (its UTF-8 bytes in
+ *   octal), still inside the same word; a newline stays literal, which inside
+ *   single quotes is part of the word in every POSIX shell;
+ * - an inline body goes through `--data-raw` (no `@file` meaning) and a file
+ *   through `--data-binary @NAME`, with `./` before a name curl would read as
+ *   standard input (`-`);
+ * - no credential: the token is read from `$JUPYTER_TOKEN`, which the user sets
+ *   themselves, and any user:password or `token` query parameter in the URL is
+ *   dropped.
  */
 
 export type TryBody =
@@ -8,9 +22,43 @@ export type TryBody =
   | { kind: 'text'; text: string }
   | { kind: 'file'; name: string; type: string };
 
-/** Quote `value` for a POSIX shell. */
+/** The one header that authenticates: from the environment, never a literal token. */
+export const AUTH_HEADER = '-H "Authorization: token $JUPYTER_TOKEN"';
+
+/** A character shown literally would act on a terminal or hide text (newline excepted). */
+const UNSHOWN = /((?!\n)[\p{Cc}\p{Cf}\p{Zl}\p{Zp}])/u;
+
+/** Quote `value` as one POSIX shell word (module docstring). */
 export function shellQuote(value: string): string {
-  return `'${value.replace(/'/g, `'"'"'`)}'`;
+  const pieces = value.split(UNSHOWN);
+  const word = pieces
+    .map((piece, index) =>
+      index % 2 ? printfWord(piece) : singleQuoted(piece)
+    )
+    .join('');
+  return word || "''";
+}
+
+function singleQuoted(text: string): string {
+  return text ? `'${text.replace(/'/g, `'\\''`)}'` : '';
+}
+
+/** `"$(printf '\ooo...')"`: the UTF-8 bytes of `char`, written by the shell itself. */
+function printfWord(char: string): string {
+  const octal = Array.from(
+    new TextEncoder().encode(char),
+    byte => `\\${byte.toString(8).padStart(3, '0')}`
+  ).join('');
+  return `"$(printf '${octal}')"`;
+}
+
+/** `url` without anything that could be a credential: user:password, a `token` parameter. */
+export function withoutCredentials(url: string): string {
+  const parsed = new URL(url);
+  parsed.username = '';
+  parsed.password = '';
+  parsed.searchParams.delete('token');
+  return parsed.href;
 }
 
 /** The Content-Type a Try-it body is sent with. */
@@ -24,19 +72,23 @@ export function contentTypeOf(body: TryBody): string {
   return body.type || 'application/octet-stream';
 }
 
+/** The curl option and argument sending `body`. */
+function dataOption(body: TryBody): string {
+  if (body.kind !== 'file') {
+    return `--data-raw ${shellQuote(body.text)}`;
+  }
+  const name = body.name === '-' ? './-' : body.name;
+  return `--data-binary ${shellQuote(`@${name}`)}`;
+}
+
 /** `curl` sending `body` to `url` (an absolute URL) with the token from the environment. */
 export function curlCommand(url: string, body: TryBody): string {
-  const data =
-    body.kind === 'file'
-      ? `@${body.name}`
-      : body.text.startsWith('@')
-        ? `@-  <<< ${shellQuote(body.text)}`
-        : shellQuote(body.text);
+  const type = contentTypeOf(body).replace(/[\r\n]+/g, ' ');
   return [
     'curl -X POST',
-    '-H "Authorization: token $JUPYTER_TOKEN"',
-    `-H ${shellQuote(`Content-Type: ${contentTypeOf(body)}`)}`,
-    `--data-binary ${data}`,
-    shellQuote(url)
+    AUTH_HEADER,
+    `-H ${shellQuote(`Content-Type: ${type}`)}`,
+    dataOption(body),
+    shellQuote(withoutCredentials(url))
   ].join(' \\\n  ');
 }

@@ -1,8 +1,42 @@
-import { describe, expect, it } from 'vitest';
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 
-import { contentTypeOf, curlCommand, shellQuote } from '../src/curl';
+import { describe, expect, it, onTestFinished } from 'vitest';
+
+import {
+  contentTypeOf,
+  curlCommand,
+  shellQuote,
+  withoutCredentials
+} from '../src/curl';
 
 const URL = 'http://127.0.0.1:8888/base/serve/predictions/demo/1.0';
+
+/** The argv `command` gives `curl` in `shell`, `curl` being a function that prints it. */
+function curlArgs(shell: string[], command: string, cwd: string): string[] {
+  const script = `curl() { printf '%s\\0' "$@"; }\n${command}\n`;
+  const out = execFileSync(shell[0], [...shell.slice(1), '-c', script], {
+    cwd,
+    env: { PATH: process.env.PATH ?? '', JUPYTER_TOKEN: 'from-env' },
+    stdio: ['ignore', 'pipe', 'pipe']
+  });
+  return out.toString('utf8').split('\0').slice(0, -1);
+}
+
+const ADVERSARIAL = [
+  'kitten$(touch x).jpg',
+  'kitten`touch x`.jpg',
+  "it's'; touch x; '.png",
+  '-rf.png',
+  '-',
+  'a\nb; touch x\n.png',
+  'ctrl-c\u0003touch x\r\n.png',
+  'esc\u001b[201~touch x\n.png',
+  'rlo\u202egpj.exe',
+  'tab\there $HOME "q" \\.png'
+];
 
 describe('curlCommand', () => {
   it('sends JSON with its content type and the token from the environment', () => {
@@ -15,26 +49,25 @@ describe('curlCommand', () => {
         'curl -X POST',
         '-H "Authorization: token $JUPYTER_TOKEN"',
         "-H 'Content-Type: application/json'",
-        "--data-binary '[6.5, 3.0, 5.8, 2.2]'",
+        "--data-raw '[6.5, 3.0, 5.8, 2.2]'",
         `'${URL}'`
       ].join(' \\\n  ')
     );
   });
 
-  it('sends a file by name with its type', () => {
+  it('sends a file by its quoted name with its type', () => {
     const command = curlCommand(URL, {
       kind: 'file',
-      name: 'kitten.png',
-      type: 'image/png'
+      name: 'kitten$(touch x).jpg',
+      type: 'image/jpeg'
     });
-    expect(command).toContain("-H 'Content-Type: image/png'");
-    expect(command).toContain('--data-binary @kitten.png');
+    expect(command).toContain("-H 'Content-Type: image/jpeg'");
+    expect(command).toContain("--data-binary '@kitten$(touch x).jpg'");
   });
 
-  it('quotes text for the shell, quotes and @ included', () => {
-    expect(shellQuote("it's")).toBe(`'it'"'"'s'`);
-    const command = curlCommand(URL, { kind: 'text', text: '@etc' });
-    expect(command).toContain("--data-binary @-  <<< '@etc'");
+  it('sends inline text with --data-raw, so a leading @ names no file', () => {
+    const command = curlCommand(URL, { kind: 'text', text: '@/etc/passwd' });
+    expect(command).toContain("--data-raw '@/etc/passwd'");
     expect(contentTypeOf({ kind: 'text', text: '' })).toBe(
       'text/plain; charset=utf-8'
     );
@@ -42,4 +75,73 @@ describe('curlCommand', () => {
       'application/octet-stream'
     );
   });
+
+  it('reads a file named - as ./-, not standard input', () => {
+    const command = curlCommand(URL, { kind: 'file', name: '-', type: '' });
+    expect(command).toContain("--data-binary '@./-'");
+  });
+
+  it('never writes a credential: the token comes from $JUPYTER_TOKEN', () => {
+    const command = curlCommand(
+      'http://me:secret@127.0.0.1:8888/serve/predictions/m?token=abc123&x=1',
+      { kind: 'json', text: '{}' }
+    );
+    expect(command).toContain('"Authorization: token $JUPYTER_TOKEN"');
+    expect(command).not.toMatch(/secret|abc123|me:/);
+    expect(command).toContain(
+      "'http://127.0.0.1:8888/serve/predictions/m?x=1'"
+    );
+    expect(withoutCredentials(URL)).toBe(URL);
+  });
+
+  it('keeps the content type to one header line', () => {
+    const command = curlCommand(URL, {
+      kind: 'file',
+      name: 'a.bin',
+      type: 'x/y\r\nX-Evil: 1'
+    });
+    expect(command).toContain("-H 'Content-Type: x/y X-Evil: 1'");
+  });
+});
+
+describe('shellQuote', () => {
+  it("single-quotes, an embedded quote written '\\''", () => {
+    expect(shellQuote("it's")).toBe(`'it'\\''s'`);
+    expect(shellQuote('')).toBe("''");
+    expect(shellQuote('a\nb')).toBe("'a\nb'");
+  });
+
+  it('spells terminal and direction controls with printf, never literally', () => {
+    expect(shellQuote('a\u001bb')).toBe(`'a'"$(printf '\\033')"'b'`);
+    expect(shellQuote('\u202e')).toBe(`"$(printf '\\342\\200\\256')"`);
+    const quoted = shellQuote(ADVERSARIAL.join(''));
+    expect(quoted).not.toMatch(/(?!\n)[\p{Cc}\p{Cf}]/u);
+  });
+
+  for (const shell of [['bash', '--norc', '--noprofile'], ['dash']]) {
+    it(`gives ${shell[0]} every adversarial file name as one word, running nothing`, () => {
+      const cwd = mkdtempSync(join(tmpdir(), 'curl-quote-'));
+      onTestFinished(() => rmSync(cwd, { recursive: true, force: true }));
+      for (const name of ADVERSARIAL) {
+        const command = curlCommand(URL, { kind: 'file', name, type: '' });
+        const args = curlArgs(shell, command, cwd);
+        const file = name === '-' ? './-' : name;
+        expect(args).toEqual([
+          '-X',
+          'POST',
+          '-H',
+          'Authorization: token from-env',
+          '-H',
+          'Content-Type: application/octet-stream',
+          '--data-binary',
+          `@${file}`,
+          URL
+        ]);
+        const inline = curlCommand(URL, { kind: 'text', text: name });
+        expect(curlArgs(shell, inline, cwd)[7]).toBe(name);
+      }
+      expect(readdirSync(cwd)).toEqual([]);
+      expect(existsSync(join(cwd, 'x'))).toBe(false);
+    });
+  }
 });
