@@ -10,7 +10,8 @@ for SageMaker or for MMS 0.4 call them:
 * ``{m}/predict`` and ``{m}/{v}/predict``: the legacy MMS routes.
 
 Unlike ``predictions/``, these forward the query string's arguments to the
-handler as request parameters (before the body's), as TorchServe does. They share
+handler as request parameters (before the body's), as TorchServe does, except
+Jupyter's credentials ``token`` and ``_xsrf`` (`requests.handler_arguments`). They share
 everything else (413, 404, 503, batching, metrics, OPTIONS answering the model's
 OpenAPI description) with `PredictionRoute`.
 """
@@ -25,7 +26,7 @@ from .access import EXECUTE, READ, allow
 from .exchange import Job
 from .inference import PredictionRoute
 from .openapi import model_api
-from .requests import to_inference_request
+from .requests import handler_arguments, to_inference_request
 
 MODEL_NAME_REQUIRED = "Parameter model_name is required."
 
@@ -34,10 +35,11 @@ class AliasPredictionRoute(PredictionRoute):
     """A prediction route whose query arguments become handler parameters."""
 
     def query_parameters(self) -> list[Parameter]:
-        """Every query argument as a parameter without content type (TorchServe's order)."""
+        """Every query argument as a parameter without content type (TorchServe's order),
+        but Jupyter's credentials (`?token=`, `?_xsrf=`), which no handler may see."""
         return [
             Parameter(name, "", value)
-            for name, values in self.request.query_arguments.items()
+            for name, values in handler_arguments(self.request.query_arguments).items()
             for value in values
         ]
 

@@ -43,6 +43,7 @@ from ..metrics import ServeMetrics
 from ..registry import ModelRegistry
 from .access import EXECUTE, RESOURCE
 from .exchange import request_size_error
+from .logsafe import printable, scrub_uri
 from .requests import new_request_id
 
 NOT_FOUND_MESSAGE = "Requested resource is not found, please refer to API document."
@@ -188,14 +189,20 @@ class ServeRoute(ExtensionHandlerMixin, APIHandler):
         value: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        """A `ServeError` is an answer (TorchServe's error JSON), not a crash: it is logged
-        in one line, a warning for 4xx and an error for 5xx, with no traceback."""
-        if not isinstance(value, ServeError):
-            super().log_exception(typ, value, tb)
-            return
-        level = logging.WARNING if value.status_code < 500 else logging.ERROR
-        self.log.log(level, "%d %s %s: %s", value.status_code, self.request.method,
-                     self.request.uri, value.message)  # fmt: skip
+        """One line per refused or failed request, with the uri scrubbed and names escaped
+        (`logsafe.py`). A `ServeError` is an answer (TorchServe's error JSON), not a crash:
+        a warning for 4xx and an error for 5xx, with no traceback; tornado's `HTTPError`s
+        are warnings, as tornado logs them; anything else is an uncaught exception."""
+        summary = f"{self.request.method} {scrub_uri(self.request.uri or '')}"
+        if isinstance(value, ServeError):
+            level = logging.WARNING if value.status_code < 500 else logging.ERROR
+            self.log.log(level, "%d %s: %s", value.status_code, summary, printable(value.message))
+        elif isinstance(value, web.HTTPError):
+            if value.log_message:
+                self.log.warning("%d %s: %s", value.status_code, summary,
+                                 printable(_http_error_text(value)))  # fmt: skip
+        else:
+            self.log.error("Uncaught exception %s", summary, exc_info=(typ, value, tb))
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc_info = kwargs.get("exc_info")
@@ -222,6 +229,15 @@ class ServeRoute(ExtensionHandlerMixin, APIHandler):
 def _implements(route: type, verb: str) -> bool:
     """Whether `route` defines `verb` itself (tornado's default answers 405)."""
     return getattr(route, verb, None) is not getattr(web.RequestHandler, verb)
+
+
+def _http_error_text(error: web.HTTPError) -> str:
+    """A tornado `HTTPError`'s log message with its arguments, as tornado formats it."""
+    message = str(error.log_message)
+    try:
+        return message % error.args if error.args else message
+    except (TypeError, ValueError):
+        return message
 
 
 def _from_status(status_code: int, error: BaseException | None) -> ServeError:

@@ -47,6 +47,7 @@ from ..errors import ServeError, ServiceUnavailable
 from ..metrics import ServeMetrics
 from ..protocol import InferenceRequest, InferenceResult
 from ..registry import Model
+from .logsafe import printable
 
 LOGGER = logging.getLogger(__name__)
 DEFAULT_MAX_REQUEST_SIZE = 6553500
@@ -269,8 +270,9 @@ class Exchange:
     def _fail(self, error: ServeError) -> None:
         """Answer with TorchServe's error JSON or, once streaming, cut the answer short."""
         if self.streaming:
+            message = printable(error.message)
             self.log.warning("Streamed answer %s failed (%d): %s",
-                             self.request_id, error.status_code, error.message)  # fmt: skip
+                             self.request_id, error.status_code, message)  # fmt: skip
             self.writer.cut(error.status_code)
         else:
             self.writer.error(error)

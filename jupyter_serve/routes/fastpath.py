@@ -40,6 +40,7 @@ from ..protocol import InferenceResult
 from .admission import VERBS, admits, fast_path_applies, model_of
 from .exchange import MODEL_PATH, Exchange, Job
 from .lane_http import header_case
+from .logsafe import scrub_uri
 from .requests import new_request_id, to_inference_request
 
 LOGGER = logging.getLogger(__name__)
@@ -184,7 +185,7 @@ class ConnectionWriter:
         except iostream.StreamClosedError:
             return  # the client left; nothing to answer
         if status >= 400:
-            LOGGER.info("%s %s %s", status, self.request.method, self.request.uri)
+            LOGGER.info("%s %s %s", status, self.request.method, scrub_uri(self.request.uri))
 
     def send(self, status: int, reason: str, headers: Any, body: bytes) -> None:
         """The transport's step: the head and body out, then the answer's end."""

@@ -13,7 +13,10 @@ TorchServe's frontend (`InferenceRequestHandler.parseRequest`):
 Except Jupyter's own credentials: `Authorization` (the token or an inference key),
 `Cookie` (the login cookie) and the XSRF token headers tornado reads (`X-XSRFToken`,
 `X-CSRFToken`) never reach handler code
-(`handler_headers`), which must not be able to act as the user who called it.
+(`handler_headers`), which must not be able to act as the user who called it; nor do
+the arguments jupyter_server reads credentials from, `token` and `_xsrf`, whether
+they come as form fields or (on the routes that forward the query) query arguments
+(`handler_arguments`).
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from ..protocol import InferenceRequest, Parameter
 
 FORM_TYPES = ("multipart/form-data", "application/x-www-form-urlencoded")
 CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "x-xsrftoken", "x-csrftoken"})
+CREDENTIAL_ARGUMENTS = frozenset({"token", "_xsrf"})
+"""Arguments jupyter_server takes credentials from (`?token=`, a form's `_xsrf`)."""
 
 
 _ID_PREFIX = f"{secrets.randbits(32):08x}-{secrets.randbits(16):04x}-4{secrets.randbits(12):03x}"
@@ -69,15 +74,23 @@ def handler_headers(request: HTTPServerRequest) -> dict[str, str]:
     }
 
 
+def handler_arguments(arguments: dict[str, list[bytes]]) -> dict[str, list[bytes]]:
+    """Query or form arguments a handler may see: all but those carrying credentials."""
+    return {name: values for name, values in arguments.items()
+            if name not in CREDENTIAL_ARGUMENTS}  # fmt: skip
+
+
 def _parameters(request: HTTPServerRequest) -> list[Parameter]:
     content_type = request.headers.get("Content-Type", "")
     if content_type.split(";", 1)[0].strip().lower() not in FORM_TYPES:
         return [Parameter("body", content_type, request.body or b"")]
     fields: dict[str, Parameter] = {}
-    for name, values in request.body_arguments.items():
+    for name, values in handler_arguments(request.body_arguments).items():
         if values:
             fields[name] = Parameter(name, "", values[-1])
     for name, files in request.files.items():
+        if name in CREDENTIAL_ARGUMENTS:
+            continue
         if files:
             upload = files[-1]
             fields[name] = Parameter(name, upload.content_type or "", upload.body)

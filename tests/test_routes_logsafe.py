@@ -1,0 +1,121 @@
+"""Tests for what serve log lines show of a request: no credential, no control character."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jupyter_server.utils import url_path_join
+from route_models import register, server_config
+from tornado.httpclient import HTTPResponse
+
+from jupyter_serve.routes.logsafe import printable, scrub_uri
+
+Fetch = Callable[..., Awaitable[HTTPResponse]]
+SEEN = {"Content-Type": "application/json", "X-Mode": "seen"}
+
+
+def test_scrub_uri_hides_what_jupyter_server_hides_in_its_access_log() -> None:
+    assert (
+        scrub_uri("/serve/models/x?token=abc&limit=3") == "/serve/models/x?token=[secret]&limit=3"
+    )
+    assert scrub_uri("/p?_xsrf=1&api_key=2&Authorization=3") == (
+        "/p?_xsrf=[secret]&api_key=[secret]&Authorization=[secret]"
+    )
+    assert scrub_uri("/p?%74oken=abc") == "/p?%74oken=[secret]"  # read as `token` by tornado
+    assert scrub_uri("/p?flag") == "/p?flag"
+    assert scrub_uri("/serve/ping") == "/serve/ping"
+
+
+def test_printable_escapes_control_and_format_characters() -> None:
+    assert printable("resnet-18 v1.0") == "resnet-18 v1.0"
+    assert printable("a\nb\r\x1b[31mc\x00\x7f") == "a\\nb\\r\\x1b[31mc\\x00\\x7f"
+    assert printable("evil\u202etxt.mar\u2028") == "evil\\u202etxt.mar\\u2028"
+    assert printable("\u00e9t\u00e9 \u6a21\u578b") == "\u00e9t\u00e9 \u6a21\u578b"  # letters stay
+
+
+@pytest.fixture
+def jp_server_config(tmp_path: Path) -> dict[str, Any]:
+    return server_config(tmp_path)
+
+
+def serve_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The messages of the serve routes' own lines (not jupyter_server's access log)."""
+    return [r.getMessage() for r in caplog.records if r.funcName != "log_request"]
+
+
+async def test_a_refused_request_logs_its_uri_without_the_token(
+    jp_fetch: Fetch, jp_serverapp: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    token = jp_serverapp.identity_provider.token
+    with caplog.at_level(logging.INFO):
+        answer = await jp_fetch("serve", "models", "nope", params={"token": token},
+                                headers={"Authorization": ""}, raise_error=False)  # fmt: skip
+    assert answer.code == 404
+    lines = serve_lines(caplog)
+    assert any("/serve/models/nope?token=[secret]" in line for line in lines), lines
+    assert token not in caplog.text
+
+
+async def test_a_refused_prediction_logs_no_token(
+    jp_fetch: Fetch, jp_serverapp: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    await register(jp_serverapp)
+    token = jp_serverapp.identity_provider.token
+    with caplog.at_level(logging.INFO):
+        answer = await jp_fetch("serve", "predictions", "probe", "9.9", method="POST",
+                                body=b"[]", params={"token": token}, headers=dict(SEEN),
+                                raise_error=False)  # fmt: skip
+    assert answer.code == 404
+    assert token not in caplog.text
+
+
+async def test_names_with_newlines_and_escapes_are_logged_escaped(
+    jp_serverapp: Any, http_server_client: Any, jp_base_url: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    url = url_path_join(jp_base_url, "serve/models/a%0Aforged%1B%5B31m%E2%80%AE")
+    token = jp_serverapp.identity_provider.token
+    with caplog.at_level(logging.INFO):
+        answer = await http_server_client.fetch(url, headers={"Authorization": f"token {token}"},
+                                                raise_error=False)  # fmt: skip
+    assert answer.code == 404
+    assert "a\nforged" in json.loads(answer.body)["message"]  # the answer names it as it is
+    logged = [line for line in serve_lines(caplog) if "forged" in line]
+    assert logged
+    assert all("\n" not in line for line in logged), logged
+    assert all("\x1b" not in line for line in logged), logged
+    assert any("a\\nforged\\x1b[31m\\u202e" in line for line in logged), logged
+
+
+async def test_alias_routes_never_hand_the_token_or_xsrf_to_the_handler(
+    jp_fetch: Fetch, jp_serverapp: Any
+) -> None:
+    await register(jp_serverapp)
+    token = jp_serverapp.identity_provider.token
+    query = {"token": token, "_xsrf": "x1", "k": "v", "model_name": "probe"}
+    for path in (("invocations",), ("models", "probe", "invoke"), ("probe", "predict"),
+                 ("probe", "1.0", "predict")):  # fmt: skip
+        answer = await jp_fetch("serve", *path, method="POST", body="[1]", params=query,
+                                headers={**SEEN, "Authorization": ""})  # fmt: skip
+        seen = json.loads(answer.body)
+        assert "token" not in seen["keys"], (path, seen)
+        assert "_xsrf" not in seen["keys"], (path, seen)
+        assert "k" in seen["keys"], path
+        assert token not in answer.body.decode(), path
+
+
+async def test_form_fields_named_token_or_xsrf_never_reach_the_handler(
+    jp_fetch: Fetch, jp_serverapp: Any
+) -> None:
+    await register(jp_serverapp)
+    token = jp_serverapp.identity_provider.token  # jupyter_server reads a form's `token` too
+    for path in (("predictions", "probe"), ("probe", "predict")):
+        answer = await jp_fetch("serve", *path, method="POST", body=f"data=1&token={token}&_xsrf=x",
+                                headers={"Content-Type": "application/x-www-form-urlencoded",
+                                         "X-Mode": "seen"})  # fmt: skip
+        assert json.loads(answer.body)["keys"] == ["data"], path
