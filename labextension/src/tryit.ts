@@ -1,14 +1,16 @@
 /**
  * `TryItView`: a main-area tab that sends a JSON, text or file body to
  * `predictions/{m}/{v}` (or `explanations/...`) and shows the answer: JSON
- * pretty-printed, text, an image, or, for an explanation that is an image's
- * attributions, a heat map over the input. It also shows (and copies) the
- * equivalent `curl` command, with the token left out.
+ * pretty-printed, text, a raster image, a download link for other image types
+ * (see `answer.ts`), or, for an explanation that is an image's attributions, a
+ * heat map over the input. It also shows (and copies) the equivalent `curl`
+ * command, with the token left out.
  */
 
 import { Clipboard, Notification } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
 
+import { AnswerView, answerView, viewBlob } from './answer';
 import { answerServe, errorMessage, serveUrl, servePath } from './api';
 import { TryBody, contentTypeOf, curlCommand } from './curl';
 import { button, element, setText } from './dom';
@@ -75,11 +77,12 @@ export class TryItView extends Widget {
       element('pre', 'jp-ServeTry-curl'),
       this._status,
       this._answer,
+      this._download,
       this._image,
       this._canvas
     );
     this._setKind('json');
-    this._image.hidden = true;
+    this._clearBlob();
     this._canvas.hidden = true;
     this._canvas.width = CANVAS_WIDTH;
     for (const input of [this._text, this._file, this._route]) {
@@ -109,6 +112,11 @@ export class TryItView extends Widget {
         error instanceof Error ? error.message : String(error)
       );
     }
+  }
+
+  dispose(): void {
+    this._clearBlob();
+    super.dispose();
   }
 
   private _kinds(): HTMLElement {
@@ -183,7 +191,7 @@ export class TryItView extends Widget {
       `${response.status} ${response.statusText} · ${type || 'no Content-Type'} · ${elapsed} ms`
     );
     this._status.setAttribute('data-status', String(response.status));
-    this._image.hidden = true;
+    this._clearBlob();
     this._canvas.hidden = true;
     if (!response.ok) {
       const error = await errorMessage(response);
@@ -193,9 +201,15 @@ export class TryItView extends Widget {
       });
       return;
     }
-    if (type.startsWith('image/')) {
-      this._showImage(await response.blob());
-      setText(this._answer, '');
+    const view = answerView(type);
+    if (view.kind !== 'text') {
+      this._showBlob(await response.blob(), view);
+      setText(
+        this._answer,
+        view.kind === 'image'
+          ? ''
+          : `A ${view.type} answer is not shown here (only raster images are): download it.`
+      );
       return;
     }
     const text = await response.text();
@@ -209,10 +223,33 @@ export class TryItView extends Widget {
     }
   }
 
-  private _showImage(blob: Blob): void {
-    URL.revokeObjectURL(this._image.src);
-    this._image.src = URL.createObjectURL(blob);
-    this._image.hidden = false;
+  /** Drop the last answer's blob: URL and hide the image and the download link. */
+  private _clearBlob(): void {
+    if (this._blobUrl) {
+      URL.revokeObjectURL(this._blobUrl);
+      this._blobUrl = '';
+    }
+    this._image.removeAttribute('src');
+    this._image.hidden = true;
+    this._download.removeAttribute('href');
+    this._download.hidden = true;
+  }
+
+  /** Show `bytes` as `view` says: an inline raster image or a download link. */
+  private _showBlob(bytes: Blob, view: AnswerView): void {
+    this._clearBlob();
+    if (view.kind === 'text') {
+      return;
+    }
+    this._blobUrl = URL.createObjectURL(viewBlob(bytes, view));
+    if (view.kind === 'image') {
+      this._image.src = this._blobUrl;
+      this._image.hidden = false;
+    } else {
+      this._download.href = this._blobUrl;
+      this._download.download = view.fileName;
+      this._download.hidden = false;
+    }
   }
 
   private async _showHeatmap(answer: unknown): Promise<void> {
@@ -254,6 +291,13 @@ export class TryItView extends Widget {
   private _status = element('div', 'jp-ServeTry-status');
   private _answer = element('pre', 'jp-ServeTry-answer');
   private _image = element('img', 'jp-ServeTry-image', { alt: 'the answer' });
+  private _download = element(
+    'a',
+    'jp-ServeTry-download',
+    {},
+    'Download the answer'
+  );
+  private _blobUrl = '';
   private _canvas = element('canvas', 'jp-ServeTry-heatmap', {
     'aria-label': 'explanation heat map'
   });
