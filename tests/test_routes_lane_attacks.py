@@ -182,6 +182,26 @@ async def test_a_parse_error_loses_none_of_the_requests_behind_it(
     assert errors_logged(caplog) == []
 
 
+@pytest.mark.parametrize(("eol", "end"), [("\n", "\n\n"), ("\r\n", "\r\n\n"), ("\n", "\n\r\n")])
+async def test_a_head_ending_in_a_bare_line_feed_is_answered_as_tornado_answers_it(
+    bench: Bench, eol: str, end: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A whole request whose blank line is not CRLF CRLF, alone on its connection: the lane
+    used to wait for a CRLF CRLF that never came; now tornado reads it, as without the lane."""
+    await bench.ready()
+    lines = [f"GET {bench.base}serve/ping HTTP/1.1", "Host: localhost",
+             f"Authorization: token {bench.token}", "Connection: close"]  # fmt: skip
+    through_lane, through_tornado = await bench.both((eol.join(lines) + end).encode())
+    assert through_lane == through_tornado
+    assert [status for status, _ in through_lane[0]] == [200]
+    predictions = [f"POST {bench.base}serve/predictions/probe HTTP/1.1", "Host: localhost",
+                   f"Authorization: token {bench.token}", "Content-Length: 3"]  # fmt: skip
+    through_lane, through_tornado = await bench.both((eol.join(predictions) + end + "abc").encode())
+    assert through_lane == through_tornado
+    assert through_lane[0] == ((200, b"abc"),)
+    assert errors_logged(caplog) == []
+
+
 # ---- generated requests ----
 
 TARGETS = ["serve/predictions/probe", "serve/predictions/pro%62e", "serve/explanations/probe",

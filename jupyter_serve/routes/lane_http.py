@@ -3,7 +3,8 @@
 The lane (`lane.py`) answers prediction requests before tornado's HTTP layer sees
 them. It only takes requests that llhttp (the parser behind Node.js and uvicorn)
 parses without complaint and that it can read exactly as tornado would: an
-`HTTP/1.1` request whose head ends at its first blank line (CRLF CRLF) and whose
+`HTTP/1.1` request whose head ends at its first blank line, a CRLF CRLF (a head
+ending with a bare LF goes to tornado at once, which reads it), and whose
 body is framed by `Content-Length` (no `Transfer-Encoding`, no `Expect`, no
 `Upgrade`; llhttp's strict defaults already refuse control characters, bare CR or LF
 and folded lines). `RequestReader` feeds llhttp
@@ -19,6 +20,7 @@ names, body, form fields) without building one.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -27,6 +29,7 @@ import httptools
 from tornado import httputil
 
 MAX_HEAD_BYTES = 65536  # tornado's default max_header_size
+_HEAD_END = re.compile(rb"\r?\n\r?\n")  # where tornado's HTTP/1 reader ends a head
 _REFUSED = frozenset({"Transfer-Encoding", "Expect", "Upgrade"})
 FORM_TYPES = ("multipart/form-data", "application/x-www-form-urlencoded")
 
@@ -163,10 +166,14 @@ class RequestReader:
     @staticmethod
     def head_end(buffer: bytearray) -> int | None:
         """The length of the head at the start of `buffer` (its blank line included), or
-        None while it is incomplete; `NotForTheLane` past `MAX_HEAD_BYTES`."""
-        end = buffer.find(b"\r\n\r\n", 0, MAX_HEAD_BYTES + 4)
-        if end >= 0:
-            return end + 4
+        None while it is incomplete; `NotForTheLane` past `MAX_HEAD_BYTES`, and for a head
+        whose blank line is not CRLF CRLF (bare LF: tornado ends a head at the first
+        `\\r?\\n\\r?\\n` and answers it, so the lane never waits for a CRLF CRLF)."""
+        end = _HEAD_END.search(buffer, 0, MAX_HEAD_BYTES + 4)
+        if end is not None:
+            if end.end() - end.start() != 4:
+                raise NotForTheLane("a head ending in a bare line feed")
+            return end.end()
         if len(buffer) > MAX_HEAD_BYTES:
             raise NotForTheLane("head too large")
         return None
