@@ -27,6 +27,8 @@ CHUNK = 1 << 20
 class ModelArchiveRoute(ManagementRoute):
     """`GET models/{m}/{v}/archive`: the version's `.mar`."""
 
+    guards_cookie_gets = True  # no cross-site link may fetch it with the cookie (base.py)
+
     @allow(WRITE)
     async def get(self, name: str, version: str) -> None:
         model = self.registry.get(name, version)

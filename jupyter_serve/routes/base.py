@@ -17,6 +17,9 @@ whose `Authorization: Bearer K` (or `token K`) header carries a valid key is a
 `KeyUser`, header-authenticated as with the token (no XSRF, no origin check, no
 login cookie); our authorizer lets a `KeyUser` do only `execute` on `serve` for a
 model in its scope (`ServeRoute.requested_model`), and refuses it everything else.
+
+A GET that runs a model or downloads an archive, authenticated by the login cookie
+alone, also needs the XSRF token and a same-origin fetch (`check_cookie_get`).
 Every other request (a wrong or revoked key included: it is then just a wrong
 token) goes to the server's identity provider and authorizer unchanged. Other
 Jupyter routes (kernels, contents, terminals) never see the wrappers, so a key is
@@ -111,6 +114,10 @@ class ServeRoute(ExtensionHandlerMixin, APIHandler):
 
     auth_resource = "serve"
     _request_id: str | None = None
+    guards_cookie_gets = False
+    """Whether a GET or HEAD made with the login cookie needs the XSRF token and must not
+    come from another site (`check_cookie_get`): set by the routes that run a model or
+    hand out its archive, which a cross-site link must never reach."""
 
     @property
     def request_id(self) -> str:
@@ -130,6 +137,30 @@ class ServeRoute(ExtensionHandlerMixin, APIHandler):
         too_large = self.body_size_error()
         if too_large is not None:
             raise too_large
+        if self.guards_cookie_gets:
+            self.check_cookie_get()
+
+    def check_cookie_get(self) -> None:
+        """403 for a GET or HEAD authenticated by the login cookie (no token, no key) that
+        a browser marks as coming from another site (`Sec-Fetch-Site`) or that carries no
+        XSRF token, which jupyter_server asks only of other verbs: a top-level link from
+        another site then cannot run a model with the user's cookie. The token is checked
+        by jupyter_server's own `check_xsrf_cookie`."""
+        if self.request.method not in ("GET", "HEAD") or self.current_user is None:
+            return
+        if self.token_authenticated:
+            return
+        site = self.request.headers.get("Sec-Fetch-Site", "same-origin").strip().lower()
+        if site not in ("same-origin", "none"):
+            raise web.HTTPError(403, "Blocking a cross-site request made with the login cookie.")
+        if self.settings.get("disable_check_xsrf", False):
+            return
+        sent = self.get_query_argument("_xsrf", None) or self.request.headers.get(
+            "X-Xsrftoken"
+        ) or self.request.headers.get("X-Csrftoken")
+        if not sent:
+            raise web.HTTPError(403, "'_xsrf' argument missing from GET")
+        self.check_xsrf_cookie()
 
     def body_size_error(self) -> ServeError | None:
         """The 413 for this request's body, checked by `prepare`: over `max_request_size`.

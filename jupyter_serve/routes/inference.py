@@ -143,6 +143,7 @@ class PredictionRoute(InferenceRoute):
     """`predictions/{m}[/{v}[/{extra...}]]`: extra segments reach the handler as `url_path`."""
 
     explain = False
+    guards_cookie_gets = True  # a GET runs the model: no cross-site link may (base.py)
 
     @allow(EXECUTE)
     async def _predict(
