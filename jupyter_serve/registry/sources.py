@@ -3,7 +3,11 @@
 TorchServe's rules and messages (contract §1.6), made stricter where TorchServe
 lets a client read the server's disk:
 
-* an empty url is `ModelNotFound("empty url")`;
+* an empty url is `ModelNotFound("empty url")`; one with a NUL is TorchServe's 403;
+* a url holding any other character that is not a glyph (a control or format
+  character such as U+202E) or starting with `-` is 400 `BadRequest`: the rule
+  store names follow (`names.name_problem`), since the url is shown back as the
+  model's `modelUrl`;
 * a url with a `..` part, raw or percent-decoded, is
   `ModelNotFound("Relative path is not allowed in url: ...")`;
 * an `http(s)://` url must pass `download.check_allowed` (the `allowed_urls`
@@ -30,9 +34,10 @@ import urllib.parse
 from dataclasses import dataclass, fields
 from pathlib import Path, PurePosixPath
 
-from ..errors import DownloadArchive, IllegalArgument, ModelNotFound
+from ..errors import BadRequest, DownloadArchive, IllegalArgument, ModelNotFound
 from ..workspace import DEFAULT_WORKDIR
 from .download import DOWNLOAD_TIMEOUT, check_allowed, download
+from .names import name_problem
 
 __all__ = [
     "ARCHIVE_SUFFIXES",
@@ -95,6 +100,9 @@ async def locate(url: str, model_store: Path, policy: SourcePolicy | None = None
         raise ModelNotFound("empty url")
     if "\x00" in url:
         raise IllegalArgument(NUL_IN_URL)
+    problem = name_problem(url)
+    if problem:
+        raise BadRequest(f"Invalid model url {url!r}: {problem}.")
     decoded = urllib.parse.unquote(url)
     if any(".." in PurePosixPath(text.replace("\\", "/")).parts for text in (url, decoded)):
         raise ModelNotFound(f"Relative path is not allowed in url: {url}")

@@ -6,7 +6,13 @@ machine, a relative path of the notebook's folder). The client uploads the file,
 then registers it by its store name (`POST models?url=x.mar`).
 
 * the name is a plain file name ending in ``.mar``, ``.tar.gz``, ``.tgz`` or ``.zip``
-  (no path separator, no ``..``, at most 200 bytes in UTF-8), else 400;
+  (no path separator, no ``..``, at most 200 bytes in UTF-8), and one that shows as
+  what it is (registry/names.py: no control or format character such as U+202E,
+  no leading ``-``), else 400 `BadRequestException`; it is saved in Unicode NFC;
+* a name whose NFC form is that of an entry of the store spelled differently (``é``
+  composed or not) answers 409 `ConflictStatusException`, ``overwrite`` or not: the
+  request is sound, but would make two files no one can tell apart; so does a name
+  that is a folder model of the store, which no archive replaces;
 * the raw body is the archive, streamed to a hidden temporary file in the store
   (never held in memory) and moved into place at the end, so no one ever sees half
   an archive; a body over `ServeApp.max_download_size` (0: no cap) answers 413;
@@ -32,6 +38,7 @@ from typing import IO, Any
 from tornado import web
 
 from ..errors import BadRequest, ConflictStatus, ServeError
+from ..registry.names import name_problem, nfc, twin_in
 from ..registry.sources import ARCHIVE_SUFFIXES
 from .access import WRITE, allow
 from .exchange import RequestTooLarge
@@ -39,12 +46,16 @@ from .management import ManagementRoute
 from .params import bool_arg
 
 MAX_NAME = 200
-_NAME = re.compile(r"[^/\\\x00-\x1f]+")
+_NAME = re.compile(r"[^/\\]+")  # control characters: `name_problem`
 NO_LIMIT = 2**62  # tornado's body limit when `max_download_size` is 0
 
 
 def check_store_name(name: str) -> str:
-    """`name` when it is a plain archive file name, else 400 (module docstring)."""
+    """`name` in NFC when it is a plain archive file name, else 400 (module docstring)."""
+    problem = name_problem(name)
+    if problem:
+        raise BadRequest(f"Invalid archive name {name[:MAX_NAME]!r}: {problem}.")
+    name = nfc(name)
     plain = _NAME.fullmatch(name) and ".." not in name and not name.startswith(".")
     stem_ok = any(name.endswith(s) and len(name) > len(s) for s in ARCHIVE_SUFFIXES)
     if not (plain and stem_ok and len(name.encode("utf-8", "replace")) <= MAX_NAME):
@@ -53,6 +64,22 @@ def check_store_name(name: str) -> str:
             f".mar, .tar.gz, .tgz or .zip, of at most {MAX_NAME} bytes (UTF-8)."
         )
     return name
+
+
+def check_target(target: Path) -> None:
+    """409 when `target` is a folder model, or the twin of another entry (module docstring)."""
+    if target.is_dir():
+        raise ConflictStatus(
+            f"{target.name} is a model folder in the model store; an archive cannot replace "
+            "it. Unregister it and remove the folder first, or choose another name."
+        )
+    twin = twin_in(target.parent, target.name)
+    if twin is not None:
+        raise ConflictStatus(
+            f"Archive {target.name} would look the same as {twin!r} in the model store "
+            "(the same name in another Unicode normalisation); remove or rename that file, "
+            "or choose another name."
+        )
 
 
 class Upload:
@@ -78,6 +105,7 @@ class Upload:
         """Move the file into place; "created", "replaced" or "unchanged" (409: other bytes)."""
         self.file.close()
         try:
+            check_target(self.target)  # again: the store may have changed while receiving
             if overwrite:
                 existed = self.target.exists()
                 os.replace(self.temp, self.target)
@@ -140,6 +168,7 @@ class ModelStoreRoute(ManagementRoute):
         store = Path(self.settings["serve_app"].model_store)
         store.mkdir(parents=True, exist_ok=True)
         target = store / check_store_name(file_name)
+        check_target(target)
         self.request.connection.set_max_body_size(self.limit or NO_LIMIT)  # type: ignore[union-attr]
         self.upload = Upload(target, self.limit)
 
@@ -156,7 +185,8 @@ class ModelStoreRoute(ManagementRoute):
             raise RequestTooLarge.over(self.limit)
         overwrite = bool_arg(self.query(), "overwrite", False)
         outcome = await asyncio.to_thread(upload.commit, overwrite)
-        answer = {"status": _SAID[outcome].format(file_name), "url": file_name}
+        name = upload.target.name  # NFC: the name to register it by
+        answer = {"status": _SAID[outcome].format(name), "url": name}
         self.write_json(answer, 201 if outcome == "created" else 200)
 
     def on_finish(self) -> None:

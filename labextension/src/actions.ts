@@ -233,8 +233,8 @@ export async function uploadToStore(path: string): Promise<string | null> {
   let bytes: Blob | null = null;
   try {
     bytes = await (await fetchFile(path)).blob();
-    const created = await putArchive(name, bytes, false);
-    const message = created
+    const stored = await putArchive(name, bytes, false);
+    const message = stored.created
       ? `Uploaded ${name} to the model store`
       : `The model store has ${name}`;
     // A fresh toast, not an update: an upload can end before the in-progress toast is
@@ -242,7 +242,7 @@ export async function uploadToStore(path: string): Promise<string | null> {
     // then is lost, leaving the spinner up.
     Notification.dismiss(id);
     Notification.success(message, { autoClose: 3000 });
-    return name;
+    return stored.url;
   } catch (error) {
     Notification.dismiss(id);
     const taken = error instanceof ServeRequestError && error.status === 409;
@@ -252,8 +252,7 @@ export async function uploadToStore(path: string): Promise<string | null> {
     if (!(await confirmReplace(name))) {
       return null;
     }
-    await putArchive(name, bytes, true);
-    return name;
+    return (await putArchive(name, bytes, true)).url;
   }
 }
 
@@ -263,11 +262,17 @@ function fetchFile(path: string): Promise<Response> {
   return requestJupyter(url, { method: 'GET' }, settings);
 }
 
+/** Whether the store made a new file, and the name it saved it under (its NFC form). */
+interface IStored {
+  created: boolean;
+  url: string;
+}
+
 async function putArchive(
   name: string,
   bytes: Blob,
   overwrite: boolean
-): Promise<boolean> {
+): Promise<IStored> {
   const response = await requestServe(
     `model-store/${encodeURIComponent(name)}${query({ overwrite: overwrite || undefined })}`,
     {
@@ -276,7 +281,9 @@ async function putArchive(
       headers: { 'Content-Type': 'application/octet-stream' }
     }
   );
-  return response.status === 201;
+  const answer = (await response.json()) as { url?: unknown };
+  const url = typeof answer.url === 'string' ? answer.url : name;
+  return { created: response.status === 201, url };
 }
 
 async function confirmReplace(name: string): Promise<boolean> {

@@ -1,0 +1,51 @@
+"""registry/names.py: the one rule for names given to the model store, and NFC twins."""
+
+from __future__ import annotations
+
+import asyncio
+import unicodedata
+from pathlib import Path
+
+import pytest
+
+from jupyter_serve.errors import BadRequest
+from jupyter_serve.registry.names import UNSHOWN_CATEGORIES, name_problem, nfc, twin_in
+from jupyter_serve.registry.sources import locate
+
+COMPOSED, DECOMPOSED = "\u00e9.mar", "e\u0301.mar"  # "é.mar" twice
+
+
+@pytest.mark.parametrize("char", ["\x00", "\t", "\x7f", "\x9b", "\u061c", "\u200e", "\u202e",
+                                  "\u2066", "\u200b", "\u2028", "\u2029", "\ufeff"])  # fmt: skip
+def test_characters_that_are_not_glyphs_are_refused(char: str) -> None:
+    assert unicodedata.category(char) in UNSHOWN_CATEGORIES
+    problem = name_problem(f"a{char}b.mar")
+    assert problem is not None
+    assert problem.startswith(f"it contains U+{ord(char):04X} (")
+
+
+def test_a_leading_dash_is_refused_and_ordinary_names_pass() -> None:
+    assert name_problem("-x.mar") == "it starts with '-', which commands read as an option"
+    for name in ("x.mar", "a-b.mar", "modèle.mar", "模型.tar.gz", "emoji\U0001f600.zip", " x.mar"):
+        assert name_problem(name) is None
+
+
+def test_twins_are_other_spellings_of_the_same_nfc_name(tmp_path: Path) -> None:
+    assert nfc(DECOMPOSED) == COMPOSED
+    assert twin_in(tmp_path / "missing", COMPOSED) is None
+    (tmp_path / DECOMPOSED).write_bytes(b"")
+    assert twin_in(tmp_path, COMPOSED) == DECOMPOSED
+    assert twin_in(tmp_path, DECOMPOSED) is None  # the very name: not a twin
+    assert twin_in(tmp_path, "other.mar") is None
+
+
+@pytest.mark.parametrize(
+    "url", ["x\u202egpj.mar", "-x.mar", "https://example.org/\u200bx.mar", "/abs/x\x7f.mar"]
+)
+def test_a_register_url_breaking_the_rule_is_400_before_any_lookup(
+    tmp_path: Path, url: str
+) -> None:
+    with pytest.raises(BadRequest) as raised:
+        asyncio.run(locate(url, tmp_path))
+    assert raised.value.to_json()["type"] == "BadRequestException"
+    assert raised.value.message.startswith(f"Invalid model url {url!r}: it ")
