@@ -157,6 +157,7 @@ def ratios(results: Record) -> dict[str, float | None]:
         "server_rss_vs_torchserve_jvm": _ratio(added, ts_rss),
         "server_rss_total_vs_torchserve_jvm": _ratio(js_rss, ts_rss),
         **memory_ratios(results.get("memory", {})),
+        "stall_ms_worst": results.get("stall_summary", {}).get("stall_ms_worst"),
     }
 
 
@@ -272,6 +273,21 @@ def _memory_lines(results: Record) -> list[str]:
     return lines
 
 
+def _stall_lines(results: Record) -> list[str]:
+    """Each stall-probe case: the longest /api/status answer on each server, and the answers."""
+    probe = results.get("stall", {})
+    serve, bare = probe.get(JS, {}), probe.get("jupyter_server", {})
+    lines = ["| case | jupyter_serve | bare Jupyter | added | jupyter_serve's answers |",
+             "|---|---|---|---|---|"]  # fmt: skip
+    added = results.get("stall_summary", {}).get("stall_ms", {})
+    for name, case in serve.items():
+        floor = bare.get(name, {}).get("status_max_ms")
+        answers = ", ".join(str(a) for a in case["answers"])
+        lines.append(f"| {name} | {_fmt(case['status_max_ms'])} | {_fmt(floor)} | "
+                     f"{_fmt(added.get(name))} | {answers} |")  # fmt: skip
+    return lines
+
+
 def markdown(results: Record) -> str:
     meta = results["meta"]
     sections = [
@@ -284,6 +300,7 @@ def markdown(results: Record) -> str:
         ("Memory (PSS from /proc/PID/smaps_rollup, MiB)", _memory_lines(results)),
         ("RSS after each configuration's load", _worker_lines(results)),
         ("In-process forward (samples/s, the limit)", _inprocess_lines(results)),
+        ("Stall probe (longest Jupyter /api/status answer per case, ms)", _stall_lines(results)),
     ]  # fmt: skip
     parts = [f"# jupyter_serve vs TorchServe 0.12: {meta['date']} ({meta['mode']})",
              f"\nMachine: {meta['machine']}"]  # fmt: skip

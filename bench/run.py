@@ -1,6 +1,6 @@
 """Benchmark jupyter_serve against TorchServe 0.12 and the in-process limit, in one run.
 
-    python bench/run.py [--quick|--memory] [--no-torchserve] [--no-omp1] [--soak] --out out.json
+    python bench/run.py [--quick|--memory|--stall] [--no-torchserve] [--no-omp1] [--soak] --out out.json
 
 Builds echo / mlp / cnn `.mar` files once with jupyter_serve's archiver and
 serves the SAME files from `jupyter serve` and from TorchServe 0.12.0 (its own
@@ -13,11 +13,14 @@ most any tornado frontend can serve here) joins echo's batch8-5ms/1w points.
 Full mode also runs both servers with OMP_NUM_THREADS=1 ("+omp1") for the
 2-worker configuration, then the memory part (bench/memory.py: PSS of each
 server's process tree, one more worker, 200 MiB of weights at 1 and 4 workers,
-register to ready with 1 and 2 workers). The load generator is pinned to the
+register to ready with 1 and 2 workers), then the stall probe (bench/stall.py: the
+longest wait of Jupyter's own `/api/status` while the serve routes take worst-case
+requests, beside a bare Jupyter: `stall_ms_worst`). The load generator is pinned to the
 last core while it measures. Writes the JSON (every point, the medians in
 `summary`, `ratios`) and a markdown report beside it (`.md`).
 `--quick` (the CI smoke check) takes about two minutes without TorchServe and
-skips the memory part; `--memory` runs only the memory part (a few minutes).
+skips the memory part and the stall probe; `--memory` runs only the memory part (a
+few minutes), `--stall` only the stall probe (about a minute, no TorchServe).
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ import memory
 import report
 import servers
 import soak
+import stall
 import workloads
 
 CONFIGS = {"batch1/1w": (1, 5, 1), "batch8-5ms/1w": (8, 5, 1), "batch8/2w": (8, 5, 2)}
@@ -152,6 +156,8 @@ class Runner:
     def run(self) -> dict[str, Any]:
         if self.args.memory:
             return self.run_memory()
+        if self.args.stall:
+            return self.run_stall()
         models = workloads.MODELS if self.args.quick else (*workloads.MODELS, workloads.BIG)
         workloads.build_store(self.store, models)
         self.inprocess("before serving")
@@ -168,6 +174,8 @@ class Runner:
             for server in [*self.servers.values(), *([self.ceiling] if self.ceiling else [])]:
                 server.stop()
         self.inprocess("after serving")
+        if not self.args.quick:
+            self.stall()
         self.results["summary"] = report.summarize(self.results["points"])
         self.results["ratios"] = report.ratios(self.results)
         return self.results
@@ -184,6 +192,18 @@ class Runner:
         self.results["summary"] = []
         self.results["ratios"] = report.ratios(self.results)
         return self.results
+
+    def run_stall(self) -> dict[str, Any]:
+        """Only the stall probe (bench/stall.py): jupyter_serve and a bare Jupyter, in turn."""
+        workloads.build_store(self.store, ("echo",))
+        self.stall()
+        self.results["summary"] = []
+        self.results["ratios"] = report.ratios(self.results)
+        return self.results
+
+    def stall(self) -> None:
+        self.results["stall"] = stall.run(self.work, self.store, self.log)
+        self.results["stall_summary"] = stall.summary(self.results["stall"])
 
     def memory(self) -> None:
         chosen = {n: s for n, s in self.servers.items() if n in (report.JS, report.TS)}
@@ -344,7 +364,8 @@ def meta(args: argparse.Namespace) -> dict[str, Any]:
     memory = psutil.virtual_memory().total / (1 << 30)
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "mode": "memory" if args.memory else "quick" if args.quick else "full",
+        "mode": "memory" if args.memory else "stall" if args.stall else
+                "quick" if args.quick else "full",
         "machine": f"{os.cpu_count()} CPUs ({cpu}), {memory:.0f} GiB, Python "
         f"{platform.python_version()}, torch {torch_version}, load at start "
         f"{os.getloadavg()[0]:.2f}; shared and noisy: compare ratios, not absolutes",
@@ -358,6 +379,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", required=True, help="results JSON (a .md report goes beside it)")
     parser.add_argument("--quick", action="store_true", help="CI smoke: short points, 1 repeat")
     parser.add_argument("--memory", action="store_true", help="only the memory part (minutes)")
+    parser.add_argument("--stall", action="store_true", help="only the stall probe (a minute)")
     parser.add_argument("--no-torchserve", dest="torchserve", action="store_false")
     parser.add_argument(
         "--omp1",
@@ -375,7 +397,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     soak.add_arguments(parser)
     args = parser.parse_args(argv)
     if args.omp1 is None:
-        args.omp1 = not (args.quick or args.memory)
+        args.omp1 = not (args.quick or args.memory or args.stall)
+    if args.stall:
+        args.torchserve = False  # the probe compares with a bare Jupyter, not TorchServe
     if args.torchserve and not servers.java_available():
         parser.error("TorchServe needs java on PATH (or pass --no-torchserve)")
     return args
