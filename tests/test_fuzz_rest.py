@@ -9,6 +9,10 @@ and sends it with the token to a real server serving a probe model. For client
 input the server must answer without a 500 (a 503 or 507 only as TorchServe's
 model-state answers), log nothing at ERROR level (no traceback, no dead worker),
 and write no file outside its model store and work folder. Bounded: 150 examples.
+Bodies of v2 `infer` requests are half the time v2 tensors with hostile shapes
+(zero dimensions beside huge ones, more dimensions than data, negative or 2**63
+sizes). Last, every documented operation is sent once more with bare LF line
+endings on a raw connection: each must be answered, never left waiting.
 """
 
 from __future__ import annotations
@@ -64,6 +68,17 @@ BODIES = st.one_of(
 )  # fmt: skip
 
 
+DIMS = st.sampled_from([0, 1, 2, 3, 4_000_000, 10**12, 2**63, -1])
+V2_BODIES = st.builds(
+    lambda shape, data, kind: json.dumps(
+        {"inputs": [{"name": "x", "shape": shape, "datatype": kind, "data": data}]}
+    ).encode(),
+    st.lists(DIMS, max_size=6),
+    st.lists(st.integers(0, 3), max_size=4) | st.lists(st.lists(st.integers(0, 3), max_size=2)),
+    st.sampled_from(["FP32", "INT64", "BOOL", "BYTES"]),
+)
+
+
 @st.composite
 def requests(draw: Callable[..., Any]) -> tuple[str, str, dict[str, str], bytes, str]:
     verb, template, names = draw(st.sampled_from(operations()))
@@ -75,7 +90,8 @@ def requests(draw: Callable[..., Any]) -> tuple[str, str, dict[str, str], bytes,
     query = {name: draw(st.sampled_from(JUNK)) for name in names if draw(st.booleans())}
     content_type = draw(st.sampled_from(["application/json", "application/octet-stream",
                                          "text/plain; charset=zlib", ""]))  # fmt: skip
-    return verb, path, query, draw(BODIES), content_type
+    hostile_shape = "infer" in template and draw(st.booleans())
+    return verb, path, query, draw(V2_BODIES if hostile_shape else BODIES), content_type
 
 
 def files_outside(root: Path, allowed: list[Path]) -> set[Path]:
@@ -129,3 +145,42 @@ async def test_the_documented_api_answers_junk_without_a_500_a_traceback_or_a_st
     with caplog.at_level(logging.INFO):
         await loop.run_in_executor(None, probe)
     assert files_outside(tmp_path, allowed) == before
+
+
+def sample_path(template: str) -> str:
+    """A documented path with the probe model and version in its parameters."""
+    path = template
+    for name, value in (("{model_name}", "probe"), ("{model_version}", "1.0")):
+        path = path.replace(name, value)
+    while "{" in path:
+        path = path[: path.index("{")] + "x" + path[path.index("}") + 1 :]
+    return path
+
+
+async def test_every_documented_operation_sent_with_bare_line_feeds_is_answered(
+    jp_serverapp: Any, http_server: Any, jp_http_port: int, jp_base_url: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    await register(jp_serverapp)
+    token = jp_serverapp.identity_provider.token
+    for verb, template, _ in operations():
+        target = url_path_join(jp_base_url, "serve", sample_path(template).lstrip("/"))
+        lines = [
+            f"{verb} {target} HTTP/1.1",
+            "Host: localhost",
+            f"Authorization: token {token}",
+            "Content-Type: application/json",
+            "Content-Length: 2",
+            "Connection: close",
+        ]
+        head = "\n".join(lines) + "\n\n[]"
+        reader, writer = await asyncio.open_connection("127.0.0.1", jp_http_port)
+        try:
+            writer.write(head.encode())
+            status_line = await asyncio.wait_for(reader.readline(), 60)  # never a hang
+        finally:
+            writer.close()
+        assert status_line.startswith(b"HTTP/1.1 "), (verb, target, status_line)
+    assert [
+        r for r in caplog.records if r.levelno >= logging.ERROR and r.funcName != "log_request"
+    ] == []
