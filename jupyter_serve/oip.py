@@ -11,12 +11,17 @@ its JSON carries the data of inputs with a `binary_data_size` parameter after it
 in input order, little-endian; BYTES elements are each a 4-byte length and the
 bytes. Outputs go binary when the request asks (`binary_data_output: true` in its
 parameters, or `binary_data: true` in a requested output's), the same way round.
+
+The server reads a binary request in two steps: `split_binary_request` checks the sizes
+and counts the elements (`element_count`) without building any, so a route can refuse
+too many before `read_elements` decodes them a slice at a time.
 """
 
 from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -66,6 +71,11 @@ ELEMENT_FORMATS = {
     "BOOL": "?", "UINT8": "B", "UINT16": "H", "UINT32": "I", "UINT64": "Q", "INT8": "b",
     "INT16": "h", "INT32": "i", "INT64": "q", "FP16": "e", "FP32": "f", "FP64": "d", "BF16": "H",
 }  # fmt: skip
+CHUNK = 16384  # the most elements one struct call packs (the server decodes row by row)
+DEFAULT_MAX_TENSOR_ELEMENTS = 2**22
+"""The server's default cap on one request's tensor elements and nesting lists
+(`max_tensor_elements`): any FP32 image batch a default `max_request_size` body holds,
+NCHW or NHWC (10 224x224x3 images: 2M), while 1-byte datatypes stop at 4M elements."""
 
 
 class BinaryDataError(ValueError):
@@ -80,6 +90,18 @@ def read_binary_request(body: bytes, header_length: str) -> dict[str, Any]:
     datatypes, `bytes` for BYTES (each element is a 4-byte little-endian length, then
     that many bytes). Raises `BinaryDataError` (or `ValueError`) for any mismatch.
     """
+    request, raw = split_binary_request(body, header_length)
+    for index, data in raw.items():
+        tensor = request["inputs"][index]
+        tensor["data"] = decode_elements(str(tensor.get("datatype")), data)
+    return request
+
+
+def split_binary_request(
+    body: bytes, header_length: str
+) -> tuple[dict[str, Any], dict[int, memoryview]]:
+    """The JSON header of a binary request (`read_binary_request`), and the binary data of
+    its inputs by input index, undecoded: the sizes are checked, no element is built."""
     size = int(header_length.strip()) if header_length.strip().isdigit() else -1
     if not 0 <= size <= len(body):
         raise BinaryDataError(f"{BINARY_HEADER} must be between 0 and the body's length.")
@@ -87,7 +109,8 @@ def read_binary_request(body: bytes, header_length: str) -> dict[str, Any]:
     if not isinstance(request, dict) or not isinstance(request.get("inputs"), list):
         raise BinaryDataError('The JSON header must be an object with an "inputs" list.')
     data, offset = memoryview(body)[size:], 0
-    for tensor in request["inputs"]:
+    raw: dict[int, memoryview] = {}
+    for index, tensor in enumerate(request["inputs"]):
         length = _binary_size(tensor)
         if length is None:
             continue
@@ -95,13 +118,11 @@ def read_binary_request(body: bytes, header_length: str) -> dict[str, Any]:
             raise BinaryDataError(
                 f"Input {tensor.get('name')}: binary_data_size runs past the body."
             )
-        tensor["data"] = decode_elements(
-            str(tensor.get("datatype")), data[offset : offset + length]
-        )
+        raw[index] = data[offset : offset + length]
         offset += length
     if offset != len(data):
         raise BinaryDataError(f"{len(data) - offset} bytes of binary data belong to no input.")
-    return request
+    return request, raw
 
 
 def _binary_size(tensor: Any) -> int | None:
@@ -118,24 +139,45 @@ def _binary_size(tensor: Any) -> int | None:
     return size
 
 
+def element_count(datatype: str, raw: memoryview | bytes) -> int:
+    """How many elements a tensor's binary data holds, found without building any."""
+    if datatype == "BYTES":
+        return sum(1 for _ in bytes_spans(raw))
+    width = _width(datatype)
+    if len(raw) % width:
+        raise BinaryDataError(f"{len(raw)} bytes are no whole number of {datatype} elements.")
+    return len(raw) // width
+
+
 def decode_elements(datatype: str, raw: memoryview | bytes) -> list[Any]:
     """The elements of a tensor's binary data (see `read_binary_request`)."""
     if datatype == "BYTES":
-        return _decode_bytes(bytes(raw))
+        return [bytes(raw[start : start + length]) for start, length in bytes_spans(raw)]
+    return read_elements(datatype, raw, 0, element_count(datatype, raw))
+
+
+def read_elements(datatype: str, raw: memoryview | bytes, start: int, count: int) -> list[Any]:
+    """`count` elements of a fixed-size datatype's binary data, from the `start`-th on."""
+    width = _width(datatype)
+    code = ELEMENT_FORMATS[datatype]
+    if datatype != "BF16":
+        return list(struct.unpack_from(f"<{count}{code}", raw, start * width))
+    halves = bytes(raw[start * width : (start + count) * width])
+    wide = bytearray(4 * count)  # each BF16 is the top half of a little-endian FP32
+    wide[2::4], wide[3::4] = halves[0::2], halves[1::2]
+    return list(struct.unpack(f"<{count}f", wide))
+
+
+def _width(datatype: str) -> int:
     code = ELEMENT_FORMATS.get(datatype)
     if code is None:
         raise BinaryDataError(f"Binary data of datatype {datatype!r} is not supported.")
-    width = struct.calcsize(code)
-    if len(raw) % width:
-        raise BinaryDataError(f"{len(raw)} bytes are no whole number of {datatype} elements.")
-    values = list(struct.unpack(f"<{len(raw) // width}{code}", raw))
-    if datatype == "BF16":
-        return [struct.unpack("<f", struct.pack("<I", v << 16))[0] for v in values]
-    return values
+    return struct.calcsize(code)
 
 
-def _decode_bytes(raw: bytes) -> list[bytes]:
-    elements, offset = [], 0
+def bytes_spans(raw: memoryview | bytes) -> Iterator[tuple[int, int]]:
+    """(start, length) of each BYTES element: a 4-byte little-endian length, then the bytes."""
+    offset = 0
     while offset < len(raw):
         if offset + 4 > len(raw):
             raise BinaryDataError("A BYTES element's 4-byte length is cut short.")
@@ -143,18 +185,22 @@ def _decode_bytes(raw: bytes) -> list[bytes]:
         offset += 4
         if offset + length > len(raw):
             raise BinaryDataError("A BYTES element runs past its tensor's data.")
-        elements.append(raw[offset : offset + length])
+        yield offset, length
         offset += length
-    return elements
 
 
 def encode_elements(datatype: str, values: list[Any]) -> bytes:
-    """Binary data of a tensor's flattened values (the inverse of `decode_elements`)."""
+    """Binary data of a tensor's flattened values (the inverse of `decode_elements`),
+    packed `CHUNK` values at a time."""
     if datatype == "BYTES":
         items = [v if isinstance(v, bytes) else str(v).encode() for v in values]
         return b"".join(struct.pack("<I", len(item)) + item for item in items)
+    code = ELEMENT_FORMATS[datatype]
     try:
-        return struct.pack(f"<{len(values)}{ELEMENT_FORMATS[datatype]}", *values)
+        return b"".join(
+            struct.pack(f"<{len(part)}{code}", *part)
+            for part in (values[i : i + CHUNK] for i in range(0, len(values), CHUNK))
+        )
     except struct.error as exc:
         raise ValueError(f"{datatype} data: {exc}") from None
 

@@ -11,11 +11,15 @@ import pytest
 from tritonclient.utils import deserialize_bytes_tensor, serialize_byte_tensor
 
 from jupyter_serve.oip import (
+    CHUNK,
     BinaryDataError,
     binary_response,
     decode_elements,
+    element_count,
     encode_elements,
     read_binary_request,
+    read_elements,
+    split_binary_request,
     wants_binary,
 )
 
@@ -34,9 +38,20 @@ def test_fixed_size_elements_decode_as_numpy_writes_them(datatype: str) -> None:
     assert encode_elements(datatype, decoded) == array.tobytes()
 
 
+@pytest.mark.parametrize("datatype", sorted(NUMPY))
+def test_elements_are_counted_without_decoding_and_read_a_slice_at_a_time(datatype: str) -> None:
+    array = (np.arange(CHUNK + 5) % 100).astype(NUMPY[datatype])
+    raw = memoryview(array.tobytes())
+    assert element_count(datatype, raw) == CHUNK + 5
+    assert read_elements(datatype, raw, CHUNK - 2, 4) == array[CHUNK - 2 : CHUNK + 2].tolist()
+    assert encode_elements(datatype, array.tolist()) == array.tobytes()  # packed by CHUNKs
+
+
 def test_bf16_is_the_top_half_of_fp32() -> None:
     halves = np.array([1.5, -2.0, 0.25], dtype=np.float32).view(np.uint32) >> 16
-    assert decode_elements("BF16", halves.astype(np.uint16).tobytes()) == [1.5, -2.0, 0.25]
+    raw = halves.astype(np.uint16).tobytes()
+    assert decode_elements("BF16", raw) == [1.5, -2.0, 0.25]
+    assert (element_count("BF16", raw), read_elements("BF16", raw, 1, 2)) == (3, [-2.0, 0.25])
 
 
 def test_bytes_elements_match_tritonclients_serialization() -> None:
@@ -65,6 +80,10 @@ def test_binary_inputs_take_their_data_in_order_and_json_inputs_keep_theirs() ->
     ]}  # fmt: skip
     request = read_binary_request(*request_body(header, floats, words))
     assert [tensor["data"] for tensor in request["inputs"]] == [[1.0, 2.5], [4], [b"hi"]]
+    split, raw = split_binary_request(*request_body(header, floats, words))
+    assert [bytes(raw[0]), bytes(raw[2])] == [floats, words]  # by input index, undecoded
+    assert all("data" not in split["inputs"][i] for i in raw)
+    assert (element_count("FP32", raw[0]), element_count("BYTES", raw[2])) == (2, 1)
 
 
 @pytest.mark.parametrize(
