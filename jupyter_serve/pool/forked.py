@@ -17,10 +17,11 @@ import contextlib
 import os
 import sys
 
+from .logs import READ_LIMIT
+
 __all__ = ["LOST_EXIT_CODE", "ForkedChild", "fork_supported"]
 
 LOST_EXIT_CODE = 255  # an orphan's exit: its code went to init, not to us
-_STREAM_LIMIT = 1 << 20  # longest output line forwarded, as for launched workers
 
 
 def fork_supported() -> bool:
@@ -105,7 +106,7 @@ class ForkedChild:
 
 async def _pipe_reader(fd: int) -> tuple[asyncio.StreamReader, asyncio.BaseTransport]:
     loop = asyncio.get_running_loop()
-    stream = asyncio.StreamReader(limit=_STREAM_LIMIT, loop=loop)
+    stream = asyncio.StreamReader(limit=READ_LIMIT, loop=loop)
     pipe = open(fd, "rb", buffering=0)  # noqa: SIM115 (the transport owns and closes it)
     try:
         transport, _ = await loop.connect_read_pipe(

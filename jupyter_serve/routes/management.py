@@ -19,6 +19,7 @@ import json
 from typing import Any
 
 from ..errors import MethodNotAllowed, ServeError
+from ..pool.logs import newest_fitting
 from ..protocol import InferenceRequest
 from .access import READ, WRITE, allow
 from .base import ServeRoute
@@ -155,12 +156,14 @@ class LogsRoute(ManagementRoute):
     """`logs/{m}[/{v}]?lines=N`: recent worker output (jupyter_serve's, not TorchServe's).
 
     Also answers for a model whose register just failed, so its traceback can be shown.
+    The answer holds the newest of those lines that fit in `MAX_ANSWER_BYTES` of JSON
+    (jupyter_serve.pool.logs), however long the lines a handler printed.
     """
 
     @allow(READ)
     def get(self, name: str, version: str | None = None) -> None:
         limit = optional_int(self.query(), "lines")
-        lines = self.registry.logs(name, version, limit)
+        lines = newest_fitting(self.registry.logs(name, version, limit))
         self.write_json({"modelName": name, "lines": lines})
 
 
