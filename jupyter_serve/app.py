@@ -156,7 +156,7 @@ class ServeApp(ServeAppTraits, ExtensionApp):
         self.metrics = ServeMetrics(
             config=self.metrics_settings(), auto_detect=self.model_metrics_auto_detect
         )
-        self.factory = WorkerFactory(enabled=self.fork_workers)
+        self.factory = WorkerFactory(enabled=self.fork_workers, withhold=self.worker_env_withheld)
         self.registry = ModelRegistry(self.registry_config())
         self.keys = KeyStore(self.workdir)
         self.settings.update(
@@ -202,7 +202,8 @@ class ServeApp(ServeAppTraits, ExtensionApp):
     def _make_pool(self, spec: Any, batcher: Any) -> WorkerPool:
         metrics = self.metrics
         return WorkerPool(spec, batcher, on_metrics=metrics.record_batch,
-                          on_load=metrics.record_load, factory=self.factory)  # fmt: skip
+                          on_load=metrics.record_load, factory=self.factory,
+                          withhold=self.worker_env_withheld)  # fmt: skip
 
     def metrics_settings(self) -> MetricsConfig:
         """The `metrics_config` file's metrics (read once), else TorchServe's default file."""

@@ -167,6 +167,16 @@ class ServeAppTraits(HasTraits):
         "another Python (a kernelspec's) or whose model's dependencies replace a package the "
         "factory imported start fresh, as do all workers while the factory restarts.",
     )
+    worker_env_withheld = List(
+        Unicode(),
+        config=True,
+        help="More environment variables kept from workers and the worker factory: names or "
+        "glob patterns (`MY_*`), matched case-insensitively. Workers always get the server's "
+        "environment without Jupyter's and JupyterHub's credentials: every variable whose "
+        "name starts with JUPYTER (JUPYTERHUB_ too) or JPY_ and contains TOKEN, SECRET, "
+        "PASSWORD, PASSWD, PWD, KEY, CRYPT or COOKIE (JUPYTER_TOKEN, JUPYTERHUB_API_TOKEN, "
+        "JPY_API_TOKEN, JUPYTER_SERVE_TOKEN, ...). Default: none more.",
+    )
     spare_workers = Int(
         0, min=0, config=True, help="Deprecated, no effect: the worker factory replaced spares."
     )

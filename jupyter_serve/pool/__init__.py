@@ -10,7 +10,10 @@
   torch imported) that forks new workers of any model instead of starting them cold;
   `forked.ForkedChild` is one such worker's pid, output and exit.
 * `errors`: `WorkerLoadError`, `WorkerDied`, `BatchFailed`.
-* `logs.WorkerLog`: worker output to logging and a ring buffer for `%serve logs`.
+* `environment`: what a worker process starts with: its command, its working directory
+  (never the Jupyter root) and the server's environment without its credentials.
+* `logs.WorkerLog`: worker output (lines cut at 8192 characters) to logging and a buffer
+  bounded in lines and bytes, for `%serve logs`.
 * `stats`: resident memory of a worker and TorchServe's date format, for describe.
 
 Runs in the Jupyter server process: asyncio only, never torch or tornado.

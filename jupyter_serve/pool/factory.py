@@ -40,9 +40,10 @@ from enum import Enum
 
 from .. import protocol
 from ..protocol import Frame, Kind
+from .environment import python_command, start_dir, worker_command, worker_environment
 from .forked import ForkedChild, fork_supported
 from .logs import WorkerLog, pump_lines
-from .process import WorkerProcess, worker_command, worker_environment, worker_socketpair
+from .process import WorkerProcess, worker_socketpair
 from .slots import BACKOFF
 
 __all__ = ["FactoryState", "WorkerFactory", "shadowed"]
@@ -70,6 +71,7 @@ class WorkerFactory:
             a factory that said hello resets the count.
         fork_timeout: seconds a fork may take before the factory counts as hung.
         stop_grace: seconds it has to exit once hung up on, before SIGKILL.
+        withhold: more variables kept from it and its workers (environment.withheld).
     """
 
     def __init__(
@@ -80,6 +82,7 @@ class WorkerFactory:
         backoff: Sequence[float] = BACKOFF,
         fork_timeout: float = 30.0,
         stop_grace: float = 5.0,
+        withhold: Sequence[str] = (),
     ) -> None:
         self.command = worker_command(python)
         self.log = WorkerLog(FACTORY_LOG)
@@ -89,7 +92,7 @@ class WorkerFactory:
         self.starts = 0  # factory processes launched
         self.pending = 0  # fork requests sent and not answered yet
         self.env: dict[str, str] = {}  # the running factory's environment
-        self._python = python
+        self._python, self._withhold = python, tuple(withhold)
         self._backoff = tuple(backoff) or (0,)
         self._restarts = 0  # since the last hello
         self._fork_timeout, self._stop_grace = fork_timeout, stop_grace
@@ -208,14 +211,15 @@ class WorkerFactory:
     async def _launch(self) -> None:
         self.state = FactoryState.STARTING
         self._notify()
-        self.env = worker_environment()
+        self.env = worker_environment(withhold=self._withhold)
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             process = await asyncio.create_subprocess_exec(
-                self._python, "-m", "jupyter_serve.worker.factory", "--fd", str(child.fileno()),
-                pass_fds=(child.fileno(),), stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-                env=self.env, start_new_session=True,
+                *python_command(self._python, "jupyter_serve.worker.factory"),
+                "--fd", str(child.fileno()), pass_fds=(child.fileno(),),
+                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE, env=self.env, cwd=start_dir(),
+                start_new_session=True,
             )  # fmt: skip
         except OSError as exc:
             parent.close()
@@ -240,7 +244,7 @@ class WorkerFactory:
         assert stream is not None
         label = str(self.pid)
         emit: Callable[[str], None] = lambda text: self.log.emit(label, text)  # noqa: E731
-        return asyncio.ensure_future(pump_lines(stream, emit, self.log.lines))
+        return asyncio.ensure_future(pump_lines(stream, emit))
 
     def _readable(self) -> None:
         """Read every packet waiting on the control socket."""

@@ -60,6 +60,7 @@ class WorkerPool:
         gpu_count: how many GPUs are visible (asked once, when the first worker starts).
         stop_grace: seconds between SIGTERM and SIGKILL when stopping a worker.
         factory: the server's worker factory, which forks new workers when it can.
+        withhold: more variables kept from the workers (environment.withheld).
     """
 
     def __init__(
@@ -75,6 +76,7 @@ class WorkerPool:
         gpu_count: Callable[[], int] = devices.gpu_count,
         stop_grace: float = 5.0,
         factory: WorkerFactory | None = None,
+        withhold: Sequence[str] = (),
     ) -> None:
         self.spec = spec
         self.batcher = batcher
@@ -88,7 +90,7 @@ class WorkerPool:
         self._gpu_count = gpu_count
         self._visible: int | None = None
         self._stop_grace = stop_grace
-        self._factory = factory
+        self._factory, self._withhold = factory, tuple(withhold)
         self._slots: list[Slot] = []
         self._retired: set[Slot] = set()
         self._changed = asyncio.Event()
@@ -256,6 +258,7 @@ class WorkerPool:
             torch_threads=self.spec.torch_threads or cpu_threads_per_worker(len(self._slots)),
             on_exit=lambda exited: self._worker_exited(slot, exited),
             factory=self._factory,
+            withhold=self._withhold,
         )
         slot.worker = worker
         try:

@@ -10,9 +10,9 @@ from here on: its own session, the same socket and output pipes.
 This module knows processes, not models: `SubprocessWorker` (worker.py) drives
 the protocol on top of it, and `WorkerFactory` (factory.py) forks workers from a
 warm interpreter. Output lines go to a `WorkerLog` under the worker's label.
-`worker_environment` is the environment a worker of a model
-gets (with `cpu_threads_per_worker` sizing its thread pools); `env_changes` is
-what a worker forked with the factory's environment must change to match it.
+What a worker starts with (its command, working directory and environment,
+`worker_environment` and `env_changes`) is environment.py's, re-exported here;
+`cpu_threads_per_worker` sizes its thread pools.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from typing import Protocol
 
 from ..protocol import Frame
 from .channel import Channel, ChunkCallback
-from .logs import WorkerLog, pump_lines
+from .environment import env_changes, start_dir, worker_command, worker_environment
+from .logs import READ_LIMIT, WorkerLog, pump_lines
 from .stats import rss_bytes
 
 __all__ = [
@@ -43,38 +44,6 @@ __all__ = [
 ]
 
 _EXIT_WAIT = 2.0  # seconds to collect the exit code after the socket closed
-_STREAM_LIMIT = 1 << 20  # longest output line forwarded
-
-
-def worker_command(python: str) -> list[str]:
-    """The command of a worker run by `python`, before "--fd N"."""
-    return [python, "-m", "jupyter_serve.worker"]
-
-
-def worker_environment(
-    python_path: Sequence[str] = (),
-    torch_threads: int | None = None,
-    extra: Mapping[str, str] | None = None,
-) -> dict[str, str]:
-    """The server's environment as a worker with these settings needs it.
-
-    `PYTHONPATH` gets this package's folder and `python_path` (per-model deps)
-    before the server's own entries; OpenMP and MKL pools get `torch_threads`
-    unless the user set them; `extra` (devices.worker_env) goes over everything.
-    """
-    from ..kernels import worker_pythonpath
-
-    env = dict(os.environ)
-    paths = [worker_pythonpath(), *python_path]
-    if env.get("PYTHONPATH"):
-        paths.append(env["PYTHONPATH"])
-    env["PYTHONPATH"] = os.pathsep.join(paths)
-    env["PYTHONUNBUFFERED"] = "1"  # handler prints reach the log line by line
-    if torch_threads:  # OpenMP/MKL pools sized before torch starts (a user's own wins)
-        env.setdefault("OMP_NUM_THREADS", str(torch_threads))
-        env.setdefault("MKL_NUM_THREADS", str(torch_threads))
-    env.update(extra or {})
-    return env
 
 
 SOCKET_BUFFER_BYTES = 8 << 20
@@ -120,15 +89,6 @@ class ProcessHandle(Protocol):
     stderr: asyncio.StreamReader | None
 
     async def wait(self) -> int: ...
-
-
-def env_changes(current: Mapping[str, str], wanted: Mapping[str, str]) -> dict[str, str | None]:
-    """What turns `current` into `wanted`: new or changed values, None for a removed name."""
-    changes: dict[str, str | None] = {
-        name: value for name, value in wanted.items() if current.get(name) != value
-    }
-    changes.update({name: None for name in current if name not in wanted})
-    return changes
 
 
 class WorkerProcess:
@@ -190,8 +150,9 @@ class WorkerProcess:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 env=dict(env),
+                cwd=start_dir(),
                 start_new_session=True,
-                limit=_STREAM_LIMIT,
+                limit=READ_LIMIT,
             )
         except BaseException:
             parent.close()

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -36,9 +37,10 @@ from .._version import __version__
 from ..errors import ServeError
 from ..protocol import Frame, InferenceRequest, InferenceResult, Kind
 from .channel import ChunkCallback, Disconnected
+from .environment import env_changes, worker_environment
 from .errors import BatchFailed, WorkerDied, WorkerLoadError
 from .logs import WorkerLog
-from .process import WorkerProcess, env_changes, worker_environment
+from .process import WorkerProcess
 from .stats import torchserve_time
 
 if TYPE_CHECKING:
@@ -85,6 +87,7 @@ class SubprocessWorker:
         on_exit: called once with this worker when its process has exited.
         torch_threads: torch threads of the worker (default `spec.torch_threads`).
         factory: the server's worker factory, asked to fork the process first.
+        withhold: more variables kept from the worker (environment.withheld).
     """
 
     def __init__(
@@ -98,6 +101,7 @@ class SubprocessWorker:
         on_exit: Callable[[SubprocessWorker], None] | None = None,
         torch_threads: int | None = None,
         factory: WorkerFactory | None = None,
+        withhold: Sequence[str] = (),
     ) -> None:
         self.spec = spec
         self.torch_threads = torch_threads or spec.torch_threads
@@ -111,7 +115,7 @@ class SubprocessWorker:
         self.load_metrics: list[dict[str, Any]] = []  # what the handler's initialize emitted
         self._command = list(command)
         self._log = log
-        self._extra_env = dict(env or {})
+        self._extra_env, self._withhold = dict(env or {}), tuple(withhold)
         self._on_exit = on_exit
         self._factory = factory
         self._process: WorkerProcess | None = None
@@ -146,7 +150,9 @@ class SubprocessWorker:
             WorkerLoadError: no `R(200)` within `spec.startup_timeout` (E frame, exit, timeout).
         """
         started = time.monotonic()
-        env = worker_environment(self.spec.python_path, self.torch_threads, self._extra_env)
+        env = worker_environment(
+            self.spec.python_path, self.torch_threads, self._extra_env, self._withhold
+        )
         forked = await self._fork()
         process = forked or await self._launch(env)
         self._attach(process, forked=forked is not None)
@@ -200,7 +206,7 @@ class SubprocessWorker:
         spec = self.spec
         return {
             "model_name": spec.model_name,
-            "model_dir": spec.model_dir,
+            "model_dir": os.path.abspath(spec.model_dir),  # workers start elsewhere
             "handler": spec.handler,
             "gpu_id": None if self.gpu_id is None else 0,  # CUDA_VISIBLE_DEVICES: its cuda:0
             "batch_size": spec.batch_size,
@@ -209,7 +215,7 @@ class SubprocessWorker:
             "model_yaml_config": spec.model_yaml_config,
             "decode_input_request": spec.decode_input_request,
             "envelope": spec.envelope,
-            "sys_path": list(spec.python_path),
+            "sys_path": [os.path.abspath(path) for path in spec.python_path],
             "env": env,
             "torch_threads": self.torch_threads,
             "model_metrics": list(spec.model_metrics),

@@ -18,6 +18,7 @@ import sys
 from ..protocol import ProtocolError
 from . import compat
 from .service import ModelService, serve
+from .startpath import drop_start_entry
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -35,6 +36,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    drop_start_entry()
     args = parser().parse_args(argv)
     return run(args.fd, args.torch_threads)
 

@@ -46,6 +46,7 @@ from collections.abc import Sequence
 from ..protocol import Frame, Kind, ProtocolError, decode_packet, encode
 from . import warm
 from .pageout import release_file_pages
+from .startpath import drop_start_entry
 
 MAX_PACKET = 64 * 1024
 FDS_PER_FORK = 3  # the worker's socket, its stdout, its stderr
@@ -58,6 +59,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    drop_start_entry()  # before the warm-up imports anything
     args = parser().parse_args(argv)
     control = socket.socket(fileno=args.fd)
     modules = warm.warm_up()
