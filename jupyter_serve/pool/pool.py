@@ -52,7 +52,7 @@ class WorkerPool:
         spec: the model version.
         batcher: its queue.
         command: the worker command before "--fd N"; default
-            `[spec.python, "-m", "jupyter_serve.worker"]`.
+            `worker_command(spec.python)`: `[spec.python, "-P", "-m", "jupyter_serve.worker"]`.
         backoff: seconds to wait before restart number 1, 2, ... (the last repeats).
         on_metrics: called after each answered predict batch (see `MetricsCallback`).
         on_load: called after each worker's successful load (see `LoadCallback`).
