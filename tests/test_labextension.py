@@ -5,8 +5,9 @@ only) serves the demo model; one page goes through what a user does, in order:
 see the demo model, watch its figures move with predictions, serve a `.mar` from
 the file browser (an archive outside the model store, so it is uploaded first),
 scale, set the default version, try a model, follow its log, see an error as a
-notification, explain with a heat map, unregister, and run `%serve dashboard` in
-a notebook of the same server. Screenshots land in build/screenshots/.
+notification, explain with a heat map, get an SVG answer as a download (its script
+never runs), unregister, and run `%serve dashboard` in a notebook of the same
+server. Screenshots land in build/screenshots/.
 """
 
 from __future__ import annotations
@@ -45,6 +46,25 @@ pytestmark = pytest.mark.skipif(
     not Path("/usr/bin/chromium").exists(), reason="needs Debian's chromium (scripts/test)"
 )
 IRIS = "[6.5, 3.0, 5.8, 2.2]"
+# An SVG whose script marks the document it runs in and the page that holds it.
+SCRIPTED_SVG = (
+    b'<svg xmlns="http://www.w3.org/2000/svg" width="40" height="40"><script>'
+    b"document.documentElement.setAttribute('data-ran', 'yes');"
+    b"try { top.svgRan = true; } catch (e) {}"
+    b'</script><rect width="40" height="40" fill="red"/></svg>'
+)
+# A torch-free handler answering every request with SCRIPTED_SVG as image/svg+xml.
+SVG_HANDLER = f"""
+SVG = {SCRIPTED_SVG!r}
+
+
+def handle(data, context):
+    if not data:
+        return None
+    for index in range(len(data)):
+        context.set_response_content_type(index, "image/svg+xml")
+    return [SVG for _ in data]
+"""
 NO_FIGURE = "\u2013"  # the panel's dash before a model's first request
 
 
@@ -56,6 +76,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
     build_archive(archives, "demo", "2.0", PRINTING_HANDLER, CONFIG)
     build_archive(root / "model_store", "heat", "1.0", HEAT_HANDLER)
     build_archive(root / "model_store", "folded", "1.0", HEAT_HANDLER, form="no-archive")
+    build_archive(root / "model_store", "scripted", "1.0", SVG_HANDLER)
     (root / "dashboard.ipynb").write_text(json.dumps(_notebook()))
     lab = LabServer(root)
     try:
@@ -289,6 +310,59 @@ _PIXEL = """(canvas, [x, y]) => {
   const data = canvas.getContext('2d').getImageData((x + 0.5) * cell, (y + 0.5) * cell, 1, 1);
   return Array.from(data.data.slice(0, 3));
 }"""
+
+
+def test_an_svg_answer_is_a_download_whose_script_never_runs(lab: Lab, server: LabServer) -> None:
+    """Only raster answers are shown inline (labextension/src/answer.ts): an SVG is a
+    download link to a blob typed application/octet-stream, and no blob: URL the tab
+    holds runs the SVG's script when opened in a tab of its own."""
+    with server.serve_client() as client:
+        params = {"url": "scripted-1.0.mar", "initial_workers": 1, "synchronous": "true"}
+        client.post("models", params=params).raise_for_status()
+    card = lab.card("scripted", "1.0")
+    expect(card).to_have_attribute("data-status", "healthy")
+    card.locator(".jp-ServeModel-try").click()
+    tab = lab.page.locator(".jp-ServeTry:visible")
+    tab.locator("textarea").fill("{}")
+    tab.locator(".jp-ServeTry-send").click()
+    expect(tab.locator(".jp-ServeTry-status")).to_contain_text("200")
+    assert "image/svg+xml" in tab.locator(".jp-ServeTry-status").inner_text()
+    expect(tab.locator(".jp-ServeTry-image")).to_be_hidden()
+    link = tab.locator(".jp-ServeTry-download")
+    expect(link).to_be_visible()
+    assert link.get_attribute("download") == "answer.svg"
+    expect(tab.locator(".jp-ServeTry-answer")).to_contain_text("not shown here")
+    lab.screenshot("try-it-svg", tab)
+    blobs = tab.evaluate(_BLOB_URLS)
+    assert blobs == [link.get_attribute("href")]
+    assert lab.page.evaluate(_BLOB_TYPE, blobs[0]) == "application/octet-stream"
+    # The check sees a script run: the same SVG as an image/svg+xml blob does run.
+    control = lab.page.evaluate(_SVG_BLOB, SCRIPTED_SVG.decode())
+    assert _ran_when_opened(lab, control) == "yes"
+    assert [_ran_when_opened(lab, url) for url in blobs] == [None]
+    assert lab.page.evaluate("() => window.svgRan") is None
+
+
+_BLOB_URLS = """tab => Array.from(tab.querySelectorAll('[src^="blob:"], [href^="blob:"]'),
+  node => node.getAttribute('src') || node.getAttribute('href'))"""
+_BLOB_TYPE = "url => fetch(url).then(answer => answer.blob()).then(blob => blob.type)"
+_SVG_BLOB = "svg => URL.createObjectURL(new Blob([svg], { type: 'image/svg+xml' }))"
+
+
+def _ran_when_opened(lab: Lab, url: str) -> str | None:
+    """What the SVG script marked in a tab the page opens on `url` (None: it did not run,
+    the tab only downloaded)."""
+    with lab.page.expect_popup() as popup:
+        lab.page.evaluate("url => { window.open(url); }", url)
+    opened = popup.value
+    try:
+        opened.wait_for_load_state()
+        ran: str | None = opened.evaluate("() => document.documentElement.getAttribute('data-ran')")
+        return ran
+    except playwright_api.Error:  # closed after its download: nothing was rendered
+        return None
+    finally:
+        opened.close()
 
 
 def test_unregister_asks_first(lab: Lab) -> None:

@@ -77,7 +77,7 @@ export class TryItView extends Widget {
       element('pre', 'jp-ServeTry-curl'),
       this._status,
       this._answer,
-      this._download,
+      this._downloadRow,
       this._image,
       this._canvas
     );
@@ -208,7 +208,7 @@ export class TryItView extends Widget {
         this._answer,
         view.kind === 'image'
           ? ''
-          : `A ${view.type} answer is not shown here (only raster images are): download it.`
+          : `${view.type} answers are not shown here, only raster images: download this one.`
       );
       return;
     }
@@ -232,7 +232,7 @@ export class TryItView extends Widget {
     this._image.removeAttribute('src');
     this._image.hidden = true;
     this._download.removeAttribute('href');
-    this._download.hidden = true;
+    this._downloadRow.hidden = true;
   }
 
   /** Show `bytes` as `view` says: an inline raster image or a download link. */
@@ -248,7 +248,7 @@ export class TryItView extends Widget {
     } else {
       this._download.href = this._blobUrl;
       this._download.download = view.fileName;
-      this._download.hidden = false;
+      this._downloadRow.hidden = false;
     }
   }
 
@@ -293,9 +293,15 @@ export class TryItView extends Widget {
   private _image = element('img', 'jp-ServeTry-image', { alt: 'the answer' });
   private _download = element(
     'a',
-    'jp-ServeTry-download',
+    'jp-Button jp-mod-styled jp-mod-small jp-ServeTry-download',
     {},
     'Download the answer'
+  );
+  private _downloadRow = element(
+    'div',
+    'jp-ServeTry-buttons',
+    {},
+    this._download
   );
   private _blobUrl = '';
   private _canvas = element('canvas', 'jp-ServeTry-heatmap', {
