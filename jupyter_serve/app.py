@@ -194,6 +194,7 @@ class ServeApp(ServeAppTraits, ExtensionApp):
             allow_local_paths=self.allow_local_paths,
             workspace_root=Path(getattr(self.serverapp, "root_dir", None) or "."),
             install_py_dep_per_model=self.install_py_dep_per_model,
+            env_withheld=tuple(self.worker_env_withheld),
             snapshots=self.snapshots,
             pool_factory=self._make_pool,
             on_drop=self.metrics.forget_model,

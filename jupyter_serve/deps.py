@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .errors import BadRequest, ServeError
+from .pool.environment import withheld
 
 MARKER = ".jupyter_serve-requirements.sha256"
 TAIL_LINES = 30
@@ -42,13 +43,17 @@ async def install_requirements(
     *,
     extra_args: Sequence[str] = (),
     timeout: float | None = None,
+    withhold: Sequence[str] = (),
 ) -> Path:
     """Install `requirements` into `target` with `python -m pip`; return `target`.
 
     Skipped when `target` already holds this exact install. `extra_args` go to
     pip as they are (e.g. `["--no-index", "--find-links", wheels]`); `timeout`
-    (seconds) bounds the pip run. Raises `ServeError` (500) with the tail of
-    pip's output when pip fails or times out, `BadRequest` when the file is missing.
+    (seconds) bounds the pip run. pip (and the setup code of a source package it builds)
+    gets the server's environment without the credentials workers never get either
+    (`pool.environment.withheld`, with `withhold`'s patterns). Raises `ServeError` (500)
+    with the tail of pip's output when pip fails or times out, `BadRequest` when the file
+    is missing.
     """
     requirements, target = Path(requirements).absolute(), Path(target).absolute()
     if not requirements.is_file():
@@ -60,7 +65,7 @@ async def install_requirements(
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
-        await _run_pip(python, requirements, staging, extra_args, timeout)
+        await _run_pip(python, requirements, staging, extra_args, timeout, withhold)
         (staging / MARKER).write_text(digest, encoding="utf-8")
         _replace(staging, target)
     finally:
@@ -102,6 +107,7 @@ async def _run_pip(
     target: Path,
     extra_args: Sequence[str],
     timeout: float | None,
+    withhold: Sequence[str] = (),
 ) -> None:
     command = pip_command(python, requirements, target, extra_args)
     log.info("Installing model requirements: %s", " ".join(command))
@@ -112,7 +118,7 @@ async def _run_pip(
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             cwd=requirements.parent,
-            env=_pip_env(),
+            env=_pip_env(withhold),
         )
     except OSError as exc:
         raise ServeError(f"Cannot run pip with {python}: {exc}") from exc
@@ -147,8 +153,9 @@ async def _kill(process: asyncio.subprocess.Process) -> None:
     await process.wait()
 
 
-def _pip_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _REDIRECTING_PIP_VARS}
+def _pip_env(withhold: Sequence[str] = ()) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in _REDIRECTING_PIP_VARS and not withheld(k, withhold)}  # fmt: skip
     env["PYTHONUNBUFFERED"] = "1"
     return env
 

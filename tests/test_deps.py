@@ -140,3 +140,22 @@ def test_timeout_kills_pip(model_dir: Path, tmp_path: Path) -> None:
     )
     with pytest.raises(ServeError, match=r"timed out after 0.5 s"):
         asyncio.run(coroutine)
+
+
+def test_pip_never_sees_the_servers_credentials(
+    model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pip (and a source package's setup code) runs without what workers never get."""
+    seen = tmp_path / "environment"
+    recorder = tmp_path / "python"  # a "python" whose pip records its environment
+    recorder.write_text(f"#!/bin/sh\nenv > {seen}\n")
+    recorder.chmod(0o755)
+    for name in ("JUPYTER_TOKEN", "JUPYTERHUB_API_TOKEN", "MY_PRIVATE_THING"):
+        monkeypatch.setenv(name, "s3cr3t")
+    monkeypatch.setenv("KEPT_FOR_PIP", "1")
+    coroutine = deps.install_requirements(model_dir / "requirements.txt", tmp_path / "deps",
+                                          str(recorder), withhold=("my_private_*",))  # fmt: skip
+    asyncio.run(coroutine)
+    names = {line.split("=", 1)[0] for line in seen.read_text().splitlines()}
+    assert "KEPT_FOR_PIP" in names
+    assert not {"JUPYTER_TOKEN", "JUPYTERHUB_API_TOKEN", "MY_PRIVATE_THING"} & names

@@ -66,6 +66,7 @@ class RegistryConfig:
     extract_limits: ExtractLimits = field(default_factory=ExtractLimits)
     install_py_dep_per_model: bool = False
     pip_args: tuple[str, ...] = ()
+    env_withheld: tuple[str, ...] = ()  # ServeApp.worker_env_withheld: not for pip either
     snapshots: bool = True
     gpus: int | None = None  # GPUs the server may use; None asks devices.gpu_count()
     pool_factory: PoolFactory = WorkerPool

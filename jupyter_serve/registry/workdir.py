@@ -75,7 +75,8 @@ async def install_model_requirements(config: RegistryConfig, spec: ModelSpec) ->
         return spec
     target = config.workdir / spec.model_name / f"deps-{spec.version}"
     source = Path(spec.model_dir) / requirements
-    await install_requirements(source, target, spec.python, extra_args=config.pip_args)
+    await install_requirements(source, target, spec.python, extra_args=config.pip_args,
+                               withhold=config.env_withheld)  # fmt: skip
     return spec.with_changes(python_path=(*spec.python_path, str(target)))
 
 

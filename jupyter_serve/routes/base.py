@@ -233,7 +233,7 @@ class ServeRoute(ExtensionHandlerMixin, APIHandler):
                 self.log.warning("%d %s: %s", value.status_code, summary,
                                  printable(_http_error_text(value)))  # fmt: skip
         else:
-            self.log.error("Uncaught exception %s", summary, exc_info=(typ, value, tb))
+            self.log.error("Uncaught exception %s", summary, exc_info=value)
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc_info = kwargs.get("exc_info")
