@@ -143,10 +143,14 @@ def _is_seconds(value: Any, *, positive: bool = False) -> bool:
 
 
 def _check_identity(spec: ModelSpec) -> None:
+    from .registry.names import unshown_character  # the registry imports this module
+
     _require(
         isinstance(spec.version, str) and bool(spec.version) and "/" not in spec.version,
         f"Model version must be a non-empty string without '/', got {spec.version!r}.",
     )
+    unshown = unshown_character(spec.version)
+    _require(unshown is None, f"Model version {spec.version!r} is refused: {unshown}.")
     _require(
         len(spec.version) <= MAX_NAME_LENGTH,
         f"Model version is too long: {len(spec.version)} characters (at most {MAX_NAME_LENGTH}).",

@@ -49,3 +49,27 @@ def test_a_register_url_breaking_the_rule_is_400_before_any_lookup(
         asyncio.run(locate(url, tmp_path))
     assert raised.value.to_json()["type"] == "BadRequestException"
     assert raised.value.message.startswith(f"Invalid model url {url!r}: it ")
+
+
+def test_a_model_version_must_show_as_what_it_is() -> None:
+    from jupyter_serve.models import ModelSpec
+
+    base = {"model_name": "m", "version": "1.0", "model_dir": "/tmp/m", "handler": "h.py",
+            "manifest": {}}  # fmt: skip
+    assert ModelSpec(**base).version == "1.0"
+    for version in ("1.0\u202e", "1\x1b[31m", "v\n2"):
+        with pytest.raises(BadRequest, match="not shown as a glyph"):
+            ModelSpec(**{**base, "version": version})
+
+
+def test_a_downloaded_archive_is_named_by_the_same_rule(tmp_path: Path) -> None:
+    """Refused before any connection is made (the address would refuse one anyway)."""
+    from jupyter_serve.registry.download import download
+
+    (tmp_path / "caf\u00e9.mar").write_bytes(b"x")
+    allowed = [r"http://127\.0\.0\.1:9/.*"]
+    for name, problem in (("-rf.mar", "starts with '-'"),
+                          ("cafe\u0301.mar", "looks like another file")):  # fmt: skip
+        with pytest.raises(BadRequest, match=problem):
+            download(f"http://127.0.0.1:9/{name}", tmp_path, allowed, 0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["caf\u00e9.mar"]

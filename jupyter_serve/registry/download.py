@@ -25,6 +25,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
 from ..errors import DownloadArchive, ModelNotFound, ServeError
+from .names import name_problem, twin_in
 
 __all__ = ["DOWNLOAD_TIMEOUT", "check_allowed", "download"]
 
@@ -81,6 +82,10 @@ def download(url: str, model_store: Path, patterns: Sequence[str], max_bytes: in
     name = PurePosixPath(urllib.parse.urlsplit(url).path).name  # as TorchServe: not decoded
     if not name or name.startswith(".") or "\x00" in name:
         raise failed
+    problem = name_problem(name) or ("it looks like another file" if twin_in(model_store, name)
+                                     else None)  # fmt: skip
+    if problem:
+        raise DownloadArchive(f"Failed to download archive from: {url}: {problem}.")
     target = model_store / name
     if target.exists():
         raise ServeError(f"Model file already exists {name}")

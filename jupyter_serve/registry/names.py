@@ -26,17 +26,26 @@ import os
 import unicodedata
 from pathlib import Path
 
-__all__ = ["UNSHOWN_CATEGORIES", "name_problem", "nfc", "twin_in"]
+__all__ = ["UNSHOWN_CATEGORIES", "name_problem", "nfc", "twin_in", "unshown_character"]
 
 UNSHOWN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
 
 
-def name_problem(name: str) -> str | None:
-    """Why `name` is refused (module docstring), in words for an error message; else None."""
-    for char in name:
+def unshown_character(text: str) -> str | None:
+    """Why `text` does not show as what it is (a character that is no glyph), else None;
+    model versions are held to this too (models.py)."""
+    for char in text:
         if unicodedata.category(char) in UNSHOWN_CATEGORIES:
             what = unicodedata.name(char, "a control character")
             return f"it contains U+{ord(char):04X} ({what}), which is not shown as a glyph"
+    return None
+
+
+def name_problem(name: str) -> str | None:
+    """Why `name` is refused (module docstring), in words for an error message; else None."""
+    unshown = unshown_character(name)
+    if unshown:
+        return unshown
     if name.startswith("-"):
         return "it starts with '-', which commands read as an option"
     return None
