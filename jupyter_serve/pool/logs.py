@@ -7,6 +7,8 @@ newest lines that `%serve logs` and ``GET serve/logs`` show.
 
 Nothing a handler prints can make these large or slow to show:
 
+* the server log shows a line with its control characters escaped (`logsafe.printable`:
+  no ESC sequence a handler echoes reaches the terminal); the buffer keeps it as printed;
 * a line is kept and logged as its first `MAX_LINE_CHARS` characters followed by
   `CUT_MARK` (`clip`); the pipe reader keeps only a line's first `MAX_LINE_READ`
   bytes and skips the rest as it arrives (`read_line`), buffering at most
@@ -25,6 +27,8 @@ import logging
 from collections import deque
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
+
+from ..logsafe import printable
 
 __all__ = [
     "CUT_MARK",
@@ -98,7 +102,7 @@ class WorkerLog:
         """Log one line of `worker_id` (clipped) and keep it, time-stamped (UTC), in the buffer."""
         prefix = f"[{self.model_name}/{worker_id}]"
         text = clip(text)
-        LOGGER.log(level, "%s %s", prefix, text)
+        LOGGER.log(level, "%s %s", prefix, printable(text))  # no ESC sequence reaches a terminal
         stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3]
         line = f"{stamp}Z {prefix} {text}"
         self._keep(line)

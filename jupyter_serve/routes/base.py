@@ -42,11 +42,11 @@ from tornado import web
 
 from ..errors import Forbidden, MethodNotAllowed, ResourceNotFound, ServeError
 from ..keys import KeyInfo, KeyStore, bearer_key
+from ..logsafe import printable, scrub_uri
 from ..metrics import ServeMetrics
 from ..registry import ModelRegistry
 from .access import EXECUTE, RESOURCE
 from .exchange import request_size_error
-from .logsafe import printable, scrub_uri
 from .requests import new_request_id
 
 NOT_FOUND_MESSAGE = "Requested resource is not found, please refer to API document."
@@ -155,9 +155,11 @@ class ServeRoute(ExtensionHandlerMixin, APIHandler):
             raise web.HTTPError(403, "Blocking a cross-site request made with the login cookie.")
         if self.settings.get("disable_check_xsrf", False):
             return
-        sent = self.get_query_argument("_xsrf", None) or self.request.headers.get(
-            "X-Xsrftoken"
-        ) or self.request.headers.get("X-Csrftoken")
+        sent = (
+            self.get_query_argument("_xsrf", None)
+            or self.request.headers.get("X-Xsrftoken")
+            or self.request.headers.get("X-Csrftoken")
+        )
         if not sent:
             raise web.HTTPError(403, "'_xsrf' argument missing from GET")
         self.check_xsrf_cookie()

@@ -44,10 +44,10 @@ from tornado.httputil import HTTPServerRequest
 
 from ..batching import ChunkSink, no_worker_message
 from ..errors import ServeError, ServiceUnavailable
+from ..logsafe import printable
 from ..metrics import ServeMetrics
 from ..protocol import InferenceRequest, InferenceResult
 from ..registry import Model
-from .logsafe import printable
 
 LOGGER = logging.getLogger(__name__)
 DEFAULT_MAX_REQUEST_SIZE = 6553500

@@ -36,11 +36,11 @@ from tornado import httputil, iostream
 from tornado.routing import PathMatches, Rule
 
 from ..errors import ServeError
+from ..logsafe import scrub_uri
 from ..protocol import InferenceResult
 from .admission import VERBS, admits, fast_path_applies, model_of
 from .exchange import MODEL_PATH, Exchange, Job
 from .lane_http import header_case
-from .logsafe import scrub_uri
 from .requests import new_request_id, to_inference_request
 
 LOGGER = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from jupyter_server.utils import url_path_join
 from route_models import register, server_config
 from tornado.httpclient import HTTPResponse
 
-from jupyter_serve.routes.logsafe import printable, scrub_uri
+from jupyter_serve.logsafe import printable, scrub_uri
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
 SEEN = {"Content-Type": "application/json", "X-Mode": "seen"}
@@ -119,3 +119,13 @@ async def test_form_fields_named_token_or_xsrf_never_reach_the_handler(
                                 headers={"Content-Type": "application/x-www-form-urlencoded",
                                          "X-Mode": "seen"})  # fmt: skip
         assert json.loads(answer.body)["keys"] == ["data"], path
+
+
+def test_worker_lines_reach_the_server_log_escaped(caplog: pytest.LogCaptureFixture) -> None:
+    from jupyter_serve.pool.logs import WorkerLog
+
+    log = WorkerLog("echo")
+    with caplog.at_level(logging.INFO, logger="jupyter_serve.worker"):
+        log.emit("w1", "input: \x1b[2J\x1b[31mFAKE ERROR\r")
+    assert caplog.messages == ["[echo/w1] input: \\x1b[2J\\x1b[31mFAKE ERROR\\r"]
+    assert log.recent()[-1].endswith("input: \x1b[2J\x1b[31mFAKE ERROR\r")  # kept as printed
