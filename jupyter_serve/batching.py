@@ -47,6 +47,7 @@ __all__ = [
     "ChunkSink",
     "Pending",
     "no_worker_message",
+    "queue_full",
 ]
 
 ChunkSink = Callable[[InferenceResult], None]
@@ -73,6 +74,11 @@ def no_worker_message(model_name: str, version: str | None = None, job: str = "i
         "Please use scale workers API to add workers. If this is a sequence inference, "
         "please check if it is closed, or expired; or exceeds maxSequenceJobQueueSize"
     )
+
+
+def queue_full(model_name: str) -> ServiceUnavailable:
+    """TorchServe's 503 for a request its model's full job queue cannot take."""
+    return ServiceUnavailable(no_worker_message(model_name))
 
 
 class BatcherClosed(Exception):
@@ -159,13 +165,19 @@ class Batcher:
         """
         if self._closed is not None:
             raise copy.copy(self._closed)
-        if len(self._queue) >= self.job_queue_size and self._prune() >= self.job_queue_size:
-            raise ServiceUnavailable(no_worker_message(self.model_name))
+        self.check_room(1)
         loop = asyncio.get_running_loop()
         item = Pending(request, deadline, loop.create_future(), loop.time(), command, on_chunk)
         self._queue.append(item)
         self._arrived.set()
         return item.future
+
+    def check_room(self, count: int) -> None:
+        """Raise `queue_full` unless the queue takes `count` more requests now (a route
+        submitting several asks first, so none is queued when not all of them fit)."""
+        size = self.job_queue_size
+        if len(self._queue) + count > size and self._prune() + count > size:
+            raise queue_full(self.model_name)
 
     async def next_batch(self) -> list[Pending]:
         """Wait for the first item, then form a batch by the policy; never empty.
