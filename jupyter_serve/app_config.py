@@ -18,6 +18,7 @@ import os
 from traitlets import Bool, Dict, Float, HasTraits, Int, List, Unicode, default
 
 from .archive import ExtractLimits
+from .oip import DEFAULT_MAX_TENSOR_ELEMENTS
 from .registry.sources import MAX_DOWNLOAD_SIZE
 
 
@@ -76,6 +77,15 @@ class ServeAppTraits(HasTraits):
         6553500, config=True, help="Largest request body in bytes; larger gets 413."
     )
     job_queue_size = Int(100, config=True, help="Requests queued per model before 503.")
+    max_tensor_elements = Int(
+        DEFAULT_MAX_TENSOR_ELEMENTS,
+        min=1,
+        config=True,
+        help="Most tensor elements one KServe v2 request may carry over all its inputs, each "
+        "list its shapes nest them in counting as one more; more answers 413 before any is "
+        "decoded. The default, 4194304, takes any FP32 image batch a default max_request_size "
+        "body holds (NCHW or NHWC) and stops 1-byte datatypes at 4M elements.",
+    )
     allowed_urls = List(
         Unicode(),
         config=True,

@@ -280,6 +280,12 @@ NESTED = b"[" * 100_000 + b"]" * 100_000
         (("v2", "models", "probe", "infer"),
          b'{"inputs": [{"name": "x", "shape": [0], "datatype": "BYTES", "data": []}]}',
          "without data"),
+        (("v2", "models", "probe", "infer"),
+         b'{"inputs": [{"name": "x", "shape": ["' + b"9" * 5000 + b'"], "datatype": "FP32", '
+         b'"data": [1]}]}', "shape must be"),  # int() refuses 5000 digits
+        (("v2", "models", "probe", "infer"),
+         b'{"inputs": [{"name": "x", "shape": [], "datatype": "FP32", "data": []}]}',
+         "0 values do not fit shape []"),  # a scalar without its one value
         (("models",), b'{"url": ' + NESTED + b"}", "nests too deeply"),
     ],
 )  # fmt: skip

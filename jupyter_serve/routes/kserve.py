@@ -23,6 +23,14 @@ Items go through the model's batcher one by one, so they batch with other
 traffic up to the model's batch size. A handler output that is JSON is used
 as the value; other text as a string. A malformed envelope is a 400.
 
+Nothing a caller sends stalls the Jupyter server's one event loop: bodies are parsed,
+tensors decoded and shaped, and answers encoded in a decode thread, a bounded number
+at a time (`routes/offloop.py`); an envelope with more items than the model's queue
+takes is refused with the queue's 503 before any item is built (`routes/kserve_codec.py`);
+a v2 shape that cannot describe its data is a 400 and a request past
+`max_tensor_elements` a 413, both found before anything is shaped
+(`routes/kserve_tensors.py`).
+
 A body that is no envelope at all (not JSON, or without `instances` / `inputs`)
 is served as TorchServe serves these routes without `service_envelope`: the
 body is the handler's one row, the `explain` header is set, and the handler's
@@ -36,134 +44,21 @@ pass every body to it untouched: the answer is whatever the envelope makes of it
 from __future__ import annotations
 
 import asyncio
-import base64
-import json
-import math
 from typing import Any
 
 from .._version import __version__
-from ..errors import BadRequest
-from ..oip import (
-    BINARY_HEADER,
-    BINARY_TYPE,
-    BinaryDataError,
-    binary_response,
-    flatten,
-    read_binary_request,
-    typed_data,
-)
+from ..oip import BINARY_HEADER, BINARY_TYPE, DEFAULT_MAX_TENSOR_ELEMENTS
 from ..protocol import InferenceRequest, InferenceResult, Parameter
 from ..registry import Model
 from .access import EXECUTE, READ, allow
 from .base import ServeRoute
 from .exchange import Job, Served, find_model
 from .inference import HandlerWriter, InferenceRoute
+from .kserve_codec import JSON_TYPE, Items, Limits, v1_answer, v1_items, v2_answer, v2_items
+from .offloop import DECODES
 from .requests import to_inference_request
 
-JSON_TYPE = "application/json"
 VERSIONING = "Model versioning is not yet supported."
-TOO_DEEP = "The request body nests too deeply."
-MAX_DIMS = 64  # a v2 tensor's dimensions (numpy allows 64)
-
-
-def _envelope(body: bytes, key: str) -> tuple[dict[str, Any], list[Any]] | None:
-    """The parsed envelope and its `key` list; None when the body is no envelope at all.
-
-    A JSON object whose `key` is not a list is a malformed envelope: 400.
-    """
-    try:
-        data = json.loads(body or b"null")
-    except ValueError:
-        return None
-    except RecursionError:
-        raise BadRequest(TOO_DEEP) from None
-    if not isinstance(data, dict) or key not in data:
-        return None
-    if not isinstance(data[key], list):
-        raise BadRequest(f'The "{key}" of the request body must be a list.')
-    return data, data[key]
-
-
-def _item_parameters(item: Any) -> tuple[Parameter, ...]:
-    """One batch row: an object's keys as JSON parameters, anything else as "body"."""
-    fields = item if isinstance(item, dict) else {"body": item}
-    try:
-        return tuple(
-            Parameter(str(name), BINARY_TYPE, bytes(value))
-            if isinstance(value, bytes)
-            else Parameter(str(name), JSON_TYPE, json.dumps(value).encode())
-            for name, value in fields.items()
-        )
-    except RecursionError:
-        raise BadRequest(TOO_DEEP) from None
-
-
-def _output_value(body: bytes) -> Any:
-    """A handler's encoded output as a JSON value: JSON as is, text as a string."""
-    try:
-        return json.loads(body)
-    except ValueError:
-        pass
-    try:
-        return body.decode("utf-8")
-    except UnicodeDecodeError:
-        return base64.b64encode(body).decode("ascii")
-
-
-def _reshape(flat: list[Any], shape: list[int]) -> Any:
-    if not shape:
-        return flat[0]
-    if len(shape) == 1:
-        return flat
-    step = math.prod(shape[1:])
-    return [_reshape(flat[i * step : (i + 1) * step], shape[1:]) for i in range(shape[0])]
-
-
-def _input_row(tensor: Any) -> dict[str, Any]:
-    """A v2 input as the handler's row: data reshaped to its shape (BYTES: data[0])."""
-    if not isinstance(tensor, dict) or "data" not in tensor:
-        raise BadRequest(
-            'Each v2 input must be an object with "name", "shape", "datatype", "data".'
-        )
-    row = dict(tensor)
-    flat, shape = flatten(row["data"]), _shape(row)
-    if row.get("datatype") == "BYTES":
-        if not flat:
-            raise BadRequest(f"Input {row.get('name')}: a BYTES tensor without data.")
-        row["data"] = flat[0]
-        return row
-    if shape and math.prod(shape) != len(flat):
-        raise BadRequest(f"Input {row.get('name')}: {len(flat)} values do not fit shape {shape}.")
-    row["data"] = _reshape(flat, shape)
-    return row
-
-
-def _shape(row: dict[str, Any]) -> list[int]:
-    """A v2 input's shape: at most `MAX_DIMS` non-negative integers, else 400."""
-    shape = row.get("shape") or []
-    dims = [_dim(n) for n in shape] if isinstance(shape, list) and len(shape) <= MAX_DIMS else []
-    if not isinstance(shape, list) or len(dims) != len(shape) or None in dims:
-        raise BadRequest(
-            f"Input {str(row.get('name'))[:80]}: shape must be a list of at most {MAX_DIMS} "
-            "non-negative integers."
-        )
-    return [dim for dim in dims if dim is not None]
-
-
-def _dim(value: Any) -> int | None:
-    """One dimension as pydantic's lax int reads it (3, 3.0, "3"); None when it is none."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
-        value = int(value)
-    return value if isinstance(value, int) and value >= 0 else None
-
-
-def _v2_output(name: str, value: Any) -> dict[str, Any]:
-    kind, data = typed_data(flatten(value))
-    return {"name": name, "shape": [len(data)], "datatype": kind, "data": data}
 
 
 class KServeRoute(InferenceRoute):
@@ -172,6 +67,7 @@ class KServeRoute(InferenceRoute):
     A body without envelope goes through the route's `Exchange` as a prediction does.
     An envelope's items are gathered here instead (nothing streams into an envelope):
     past `clientTimeoutInMills` they are dropped and nothing is sent, as TorchServe does.
+    Bodies are decoded and answers encoded off the loop (`DECODES`, routes/offloop.py).
     """
 
     _served: Served | None = None  # the gathered answer is counted under these labels
@@ -180,16 +76,26 @@ class KServeRoute(InferenceRoute):
     _left: asyncio.Future[None] | None = None
     version: str | None = None  # the version a versioned v2 path names
 
-    async def run_items(self, name: str, items: list[Any], explain: bool) -> list[Any] | None:
-        """The handler's outputs for `items`, or None when the answer was sent (a non-2xx
-        result) or will not be (dropped, or the client has gone)."""
+    def reach(self, name: str) -> tuple[Served, Limits]:
+        """The model version this request reaches (404, and 503 without a worker), and what
+        its body may build (read here, on the loop, before the body is decoded)."""
         served = self._served = find_model(self.settings, name, self.version)
         served.check_workers()
+        app = self.settings.get("serve_app")
+        batcher = served.model.batcher
+        max_elements = getattr(app, "max_tensor_elements", DEFAULT_MAX_TENSOR_ELEMENTS)
+        return served, Limits(batcher.model_name, batcher.remaining_capacity, int(max_elements))
+
+    async def run_items(
+        self, served: Served, rows: list[tuple[Parameter, ...]], explain: bool
+    ) -> list[bytes] | None:
+        """The handler's output bodies for `rows`, or None when the answer was sent (a
+        non-2xx result) or will not be (dropped, or the client has gone)."""
+        if self._gone:
+            return None
         base = to_inference_request(self.request, self.request_id, explain=explain)
-        requests = [
-            InferenceRequest(self.request_id, base.headers, _item_parameters(item))
-            for item in items
-        ]
+        requests = [InferenceRequest(self.request_id, base.headers, row) for row in rows]
+        served.model.batcher.check_room(len(requests))  # all of them are queued, or none
         results = await self.gather(served, requests) if requests else []
         if results is None:
             return None
@@ -197,7 +103,7 @@ class KServeRoute(InferenceRoute):
         if failed is not None:
             HandlerWriter(self).answer(failed)
             return None
-        return [_output_value(result.body) for result in results]
+        return [result.body for result in results]
 
     async def gather(
         self, served: Served, requests: list[InferenceRequest]
@@ -250,7 +156,12 @@ class KServeRoute(InferenceRoute):
             request = to_inference_request(self.request, self.request_id, explain=explain)
             return Job(name, self.version, request)
 
+        self._served = None  # the exchange counts its answer itself
         await self.respond(prepare)
+
+    def finish_encoded(self, body: bytes, content_type: str = JSON_TYPE) -> None:
+        """Finish with an answer encoded off the loop."""
+        self.finish(body, set_content_type=content_type)
 
 
 class V1InferRoute(KServeRoute):
@@ -259,14 +170,18 @@ class V1InferRoute(KServeRoute):
     @allow(EXECUTE)
     async def post(self, name: str, action: str) -> None:
         explain = action == "explain"
-        envelope = None if self.enveloped_by_worker(name) else _envelope(self.request.body,
-                                                                          "instances")  # fmt: skip
-        if envelope is None:
+        if self.enveloped_by_worker(name):
             await self.pass_through(name, explain)
             return
-        outputs = await self.run_items(name, envelope[1], explain)
-        if outputs is not None:
-            self.write_json({"explanations" if explain else "predictions": outputs})
+        served, limits = self.reach(name)
+        items = await DECODES.run(v1_items, self.request.body, limits)
+        if items is None:
+            await self.pass_through(name, explain)
+            return
+        bodies = await self.run_items(served, items.rows, explain)
+        if bodies is not None:
+            key = "explanations" if explain else "predictions"
+            self.finish_encoded(await DECODES.run(v1_answer, bodies, key))
 
 
 class V2InferRoute(KServeRoute):
@@ -277,49 +192,30 @@ class V2InferRoute(KServeRoute):
     async def post(self, name: str, *version_and_action: str) -> None:
         *version, action = version_and_action
         self.version = version[0] if version else None
-        envelope = None if self.enveloped_by_worker(name) else self.v2_envelope()
-        if envelope is None:
-            await self.pass_through(name, action == "explain")
+        explain = action == "explain"
+        if self.enveloped_by_worker(name):
+            await self.pass_through(name, explain)
             return
-        data, inputs = envelope
-        rows = [_input_row(tensor) for tensor in inputs]
-        outputs = await self.run_items(name, rows, action == "explain")
-        if outputs is None:
-            return
-        spec = self.registry.get(name, self.version).spec
-        names = [str(row.get("name", f"input-{i}")) for i, row in enumerate(rows)]
-        response = {
-            "id": str(data.get("id") or "").strip() or self.request_id,
-            "model_name": spec.model_name,
-            "model_version": spec.version,
-            "outputs": [_v2_output(n, v) for n, v in zip(names, outputs, strict=True)],
-        }
-        self.write_v2(response, data)
-
-    def v2_envelope(self) -> tuple[dict[str, Any], list[Any]] | None:
-        """The v2 request and its inputs, binary data read in; None when it is none."""
+        served, limits = self.reach(name)
         header_length = self.request.headers.get(BINARY_HEADER)
-        if header_length is None:
-            return _envelope(self.request.body, "inputs")
-        try:
-            request = read_binary_request(self.request.body, header_length)
-        except RecursionError:
-            raise BadRequest(TOO_DEEP) from None
-        except (BinaryDataError, ValueError) as exc:
-            raise BadRequest(f"Invalid binary tensor request: {exc}") from None
-        return request, request["inputs"]
+        items = await DECODES.run(v2_items, self.request.body, header_length, limits)
+        if items is None:
+            await self.pass_through(name, explain)
+            return
+        bodies = await self.run_items(served, items.rows, explain)
+        if bodies is not None:
+            await self.answer(served, bodies, items)
 
-    def write_v2(self, response: dict[str, Any], request: dict[str, Any]) -> None:
-        """The response as JSON, or with the outputs the request asked for as binary data."""
-        try:
-            body, header_length = binary_response(response, request)
-        except (ValueError, TypeError, OverflowError) as exc:  # e.g. BYTES values as BOOL
-            raise BadRequest(f"An output cannot be sent as binary data: {exc}") from None
+    async def answer(self, served: Served, bodies: list[bytes], items: Items) -> None:
+        """The v2 answer as JSON, or with the outputs the request asked for as binary data."""
+        spec = served.model.spec
+        model = (spec.model_name, spec.version)
+        body, header_length = await DECODES.run(v2_answer, bodies, items, model, self.request_id)
         if header_length is None:
-            self.write_json(response)
+            self.finish_encoded(body)
             return
         self.set_header(BINARY_HEADER, str(header_length))
-        self.finish(body, set_content_type=BINARY_TYPE)
+        self.finish_encoded(body, BINARY_TYPE)
 
 
 class ModelReadyRoute(ServeRoute):

@@ -1,0 +1,190 @@
+"""KServe v1 and v2 envelopes into batch rows, and results into answers: all off the loop.
+
+Every function here costs time in the size of a body or an answer, so the KServe
+routes (`routes/kserve.py`) call them through `DECODES.run` (`routes/offloop.py`):
+in a thread, a bounded number at a time. What they may build is bounded before
+they build it:
+
+* an envelope with more items (v1 instances, v2 inputs) than the model's queue
+  takes now is refused with the queue's own 503 (`batching.queue_full`) before one
+  item is built: each item is one job, and a job the queue refuses fails them all;
+* a v2 request's elements (and the lists its shapes nest them in) stay within
+  `max_tensor_elements`, and its shapes must describe its data
+  (`routes/kserve_tensors.py`), checked before anything is shaped or decoded;
+* each item's fields are encoded as the JSON the handler's row carries right here,
+  so the loop only queues ready bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any, NamedTuple
+
+from ..batching import queue_full
+from ..errors import BadRequest
+from ..oip import (
+    BINARY_TYPE,
+    BinaryDataError,
+    binary_response,
+    flatten,
+    split_binary_request,
+    typed_data,
+)
+from ..protocol import Parameter
+from .kserve_tensors import Budget, Encoded, input_row
+
+__all__ = ["Items", "Limits", "v1_answer", "v1_items", "v2_answer", "v2_items"]
+
+JSON_TYPE = "application/json"
+TOO_DEEP = "The request body nests too deeply."
+KEPT = ("id", "parameters", "outputs")  # what a v2 answer reads of its request
+
+
+class Limits(NamedTuple):
+    """What a request may build, read on the loop before its body is decoded."""
+
+    model_name: str  # whose queue refuses too many items
+    room: int  # the requests that queue takes now
+    max_elements: int  # `ServeApp.max_tensor_elements`
+
+
+class Items(NamedTuple):
+    """An envelope's items as the handler's rows, ready to queue."""
+
+    rows: list[tuple[Parameter, ...]]
+    names: list[str]  # v2: each input's name, for its output
+    request: dict[str, Any]  # v2: the request's `KEPT` keys, for the answer
+
+
+def v1_items(body: bytes, limits: Limits) -> Items | None:
+    """A v1 `{"instances": [...]}` body's instances as rows; None when it is no envelope."""
+    found = _envelope(body, "instances")
+    if found is None:
+        return None
+    instances: list[Any] = found["instances"]
+    _check_room(len(instances), limits)
+    return Items([item_parameters(item) for item in instances], [], {})
+
+
+def v2_items(body: bytes, header_length: str | None, limits: Limits) -> Items | None:
+    """A v2 body's inputs as rows (`header_length`: the binary extension's header);
+    None when it is no envelope."""
+    raw: dict[int, memoryview] = {}
+    if header_length is None:
+        found = _envelope(body, "inputs")
+        if found is None:
+            return None
+        request = found
+    else:
+        request, raw = _binary(body, header_length)
+    inputs: list[Any] = request["inputs"]
+    _check_room(len(inputs), limits)
+    budget = Budget(limits.max_elements)
+    try:
+        rows = [input_row(tensor, raw.get(i), budget) for i, tensor in enumerate(inputs)]
+    except BinaryDataError as exc:
+        raise BadRequest(f"Invalid binary tensor request: {exc}") from None
+    names = [str(row.get("name", f"input-{i}")) for i, row in enumerate(rows)]
+    kept = {key: request[key] for key in KEPT if key in request}
+    return Items([item_parameters(row) for row in rows], names, kept)
+
+
+def _check_room(count: int, limits: Limits) -> None:
+    if count > limits.room:
+        raise queue_full(limits.model_name)
+
+
+def _envelope(body: bytes, key: str) -> dict[str, Any] | None:
+    """The parsed envelope (its `key` a list); None when the body is no envelope at all.
+
+    A JSON object whose `key` is not a list is a malformed envelope: 400.
+    """
+    try:
+        data = json.loads(body or b"null")
+    except ValueError:
+        return None
+    except RecursionError:
+        raise BadRequest(TOO_DEEP) from None
+    if not isinstance(data, dict) or key not in data:
+        return None
+    if not isinstance(data[key], list):
+        raise BadRequest(f'The "{key}" of the request body must be a list.')
+    return data
+
+
+def _binary(body: bytes, header_length: str) -> tuple[dict[str, Any], dict[int, memoryview]]:
+    """A binary request's JSON header and its inputs' binary data (nothing decoded)."""
+    try:
+        return split_binary_request(body, header_length)
+    except RecursionError:
+        raise BadRequest(TOO_DEEP) from None
+    except (BinaryDataError, ValueError) as exc:
+        raise BadRequest(f"Invalid binary tensor request: {exc}") from None
+
+
+def item_parameters(item: Any) -> tuple[Parameter, ...]:
+    """One batch row: an object's keys as JSON parameters, anything else as "body"."""
+    fields = item if isinstance(item, dict) else {"body": item}
+    try:
+        return tuple(_parameter(str(name), value) for name, value in fields.items())
+    except RecursionError:
+        raise BadRequest(TOO_DEEP) from None
+
+
+def _parameter(name: str, value: Any) -> Parameter:
+    if isinstance(value, Encoded):
+        return Parameter(name, JSON_TYPE, value.text)
+    if isinstance(value, bytes):
+        return Parameter(name, BINARY_TYPE, bytes(value))
+    return Parameter(name, JSON_TYPE, json.dumps(value).encode())
+
+
+def v1_answer(bodies: list[bytes], key: str) -> bytes:
+    """`{key: [output, ...]}` (predictions or explanations), as TorchServe writes JSON."""
+    return torchserve_json({key: [output_value(body) for body in bodies]})
+
+
+def v2_answer(
+    bodies: list[bytes], items: Items, model: tuple[str, str], request_id: str
+) -> tuple[bytes, int | None]:
+    """The v2 answer of `model` (name, version) to `items`' request: the body, and its JSON
+    header's length when some outputs go binary (as the request asked)."""
+    request = items.request
+    response = {
+        "id": str(request.get("id") or "").strip() or request_id,
+        "model_name": model[0],
+        "model_version": model[1],
+        "outputs": [
+            _v2_output(name, output_value(body))
+            for name, body in zip(items.names, bodies, strict=True)
+        ],
+    }
+    try:
+        body, header_length = binary_response(response, request)
+    except (ValueError, TypeError, OverflowError) as exc:  # e.g. BYTES values as BOOL
+        raise BadRequest(f"An output cannot be sent as binary data: {exc}") from None
+    return (torchserve_json(response), None) if header_length is None else (body, header_length)
+
+
+def _v2_output(name: str, value: Any) -> dict[str, Any]:
+    kind, data = typed_data(flatten(value))
+    return {"name": name, "shape": [len(data)], "datatype": kind, "data": data}
+
+
+def output_value(body: bytes) -> Any:
+    """A handler's encoded output as a JSON value: JSON as is, text as a string."""
+    try:
+        return json.loads(body)
+    except ValueError:
+        pass
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError:
+        return base64.b64encode(body).decode("ascii")
+
+
+def torchserve_json(value: Any) -> bytes:
+    """JSON as TorchServe answers it (and `ServeRoute.write_json` writes it): indent 2 and
+    a trailing newline."""
+    return (json.dumps(value, indent=2) + "\n").encode()
