@@ -73,3 +73,20 @@ def test_a_downloaded_archive_is_named_by_the_same_rule(tmp_path: Path) -> None:
         with pytest.raises(BadRequest, match=problem):
             download(f"http://127.0.0.1:9/{name}", tmp_path, allowed, 0)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["caf\u00e9.mar"]
+
+
+def test_the_openapi_patterns_take_exactly_the_names_the_rule_takes() -> None:
+    """For every character of the Basic Multilingual Plane (all an ECMA pattern can name)."""
+    import re
+
+    from jupyter_serve.routes.openapi_parts import PATTERNS
+
+    url, file_name = (re.compile(PATTERNS[name]()) for name in ("url", "file_name"))
+    for code in range(0x10000):
+        if 0xD800 <= code <= 0xDFFF:
+            continue
+        for name in (f"a{chr(code)}b.mar", f"{chr(code)}ab.mar"):
+            ruled_out = name_problem(name) is not None
+            assert (url.match(name) is None) == ruled_out, repr(name)
+            not_a_file = ruled_out or name.startswith(".") or "/" in name or "\\" in name
+            assert (file_name.match(name) is None) == not_a_file, repr(name)

@@ -22,11 +22,20 @@ Standard library only (the archive code and the workers may import the registry)
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import unicodedata
 from pathlib import Path
 
-__all__ = ["UNSHOWN_CATEGORIES", "name_problem", "nfc", "twin_in", "unshown_character"]
+__all__ = [
+    "UNSHOWN_CATEGORIES",
+    "name_pattern",
+    "name_problem",
+    "nfc",
+    "twin_in",
+    "unshown_character",
+]
 
 UNSHOWN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
 
@@ -64,3 +73,29 @@ def twin_in(folder: Path, name: str) -> str | None:
     except FileNotFoundError:
         return None
     return next((entry for entry in entries if entry != name and nfc(entry) == wanted), None)
+
+
+def name_pattern(first_excluded: str = "", then_excluded: str = "", tail: str = "") -> str:
+    """A regex (the OpenAPI document's `pattern`) of the names `name_problem` lets through,
+    with `first_excluded` more characters refused first, `then_excluded` anywhere (inside
+    of a character class, escaped), and `tail` at the end."""
+    unshown = _unshown_class()
+    return f"^[^\\-{first_excluded}{then_excluded}{unshown}][^{then_excluded}{unshown}]*{tail}$"
+
+
+@functools.lru_cache(maxsize=1)
+def _unshown_class() -> str:
+    """The characters of `UNSHOWN_CATEGORIES` as ranges inside a regex character class, those
+    of the Basic Multilingual Plane only: a JSON Schema pattern is an ECMA 262 regex, whose
+    character classes (without the `u` flag) hold no character beyond U+FFFF."""
+    codes = [code for code in range(0x10000)
+             if not 0xD800 <= code <= 0xDFFF
+             and unicodedata.category(chr(code)) in UNSHOWN_CATEGORIES]  # fmt: skip
+    ranges: list[list[int]] = []
+    for code in codes:
+        if ranges and ranges[-1][1] == code - 1:
+            ranges[-1][1] = code
+        else:
+            ranges.append([code, code])
+    return "".join(re.escape(chr(low)) + ("-" + re.escape(chr(high)) if high > low else "")
+                   for low, high in ranges)  # fmt: skip

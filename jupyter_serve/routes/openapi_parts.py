@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..registry.names import name_pattern
+
 ERROR_BODY = {
     "application/json": {
         "schema": {
@@ -62,7 +64,7 @@ PARAMS: dict[str, tuple[str, dict[str, Any], str]] = {
     "model_name": ("path", {"type": "string"}, "Name of model."),
     "model_version": ("path", {"type": "string"}, "Version of model."),
     "url_path": ("path", {"type": "string"}, "Extra path segments, passed as url_path."),
-    "url": ("query", {"type": "string", "minLength": 1},
+    "url": ("query", {"type": "string", "minLength": 1},  # + `name_pattern` (parameter)
             "Model archive url: a .mar (or folder) in the model store, or an allowed http(s) url."),
     "model_name@register": ("query", NAME_RULE, "Name of model (default: the manifest's)."),
     "handler": ("query", {"type": "string", "minLength": 1},
@@ -97,18 +99,25 @@ PARAMS: dict[str, tuple[str, dict[str, Any], str]] = {
     "name": ("query", {"type": "string"}, "A label for the new inference key."),
     "models": ("query", {"type": "string"}, "Models the key may run, comma-separated."),
     "key_id": ("path", {"type": "string"}, "Id of an inference key."),
-    "file_name": ("path", {"type": "string", "pattern": r"^[^/\\.][^/\\]*\.(mar|tar\.gz|tgz|zip)$"},
+    "file_name": ("path", {"type": "string"},  # + `name_pattern` (parameter)
                   "Archive file name: .mar, .tar.gz, .tgz or .zip."),
     "overwrite": ("query", {"type": "boolean"}, "Replace an archive of that name (else 409)."),
 }  # fmt: skip
 """Keys are parameter names; `name@where` tells two parameters of one name apart."""
 REQUIRED = {"url"}
+PATTERNS = {
+    "url": lambda: name_pattern(),
+    "file_name": lambda: name_pattern(r"\.", r"/\\", r"\.(mar|tar\.gz|tgz|zip)"),
+}
+"""The names the store rule (registry/names.py) takes, made when a document is built."""
 
 
 def parameter(name: str, max_workers: int | None) -> dict[str, Any]:
     where, schema, description = PARAMS[name]
     if max_workers is not None and name in ("initial_workers", "min_worker", "max_worker"):
         schema = {**schema, "maximum": max_workers}
+    if name in PATTERNS:
+        schema = {**schema, "pattern": PATTERNS[name]()}
     return {
         "in": where,
         "name": name.split("@", 1)[0],
