@@ -226,8 +226,9 @@ def requests_counted(serverapp: Any, model: str) -> float:
     return float(metrics.value("ts_inference_requests_total", labels))
 
 
-def error_json(code: int, kind: str, message: str) -> bytes:
-    return (json.dumps({"code": code, "type": kind, "message": message}, indent=2) + "\n").encode()
+def error_json(code: int, kind: str, message: str, cause: str | None = None) -> bytes:
+    body = {"code": code, "type": kind, "message": message, **({"cause": cause} if cause else {})}
+    return (json.dumps(body, indent=2) + "\n").encode()
 
 
 # ---- the tests ---------------------------------------------------------------------------
@@ -399,7 +400,8 @@ async def test_a_serve_error_is_torchserves_error_json_on_every_transport(
         assert_transport(exchange, transport)
         status, headers, body = await client.answer()
         assert (status, headers["content-type"]) == (503, "application/json")
-        assert body == error_json(503, "InternalServerException", "Prediction failed")
+        cause = "RuntimeError: boom"  # the handler's exception (worker/failures.py)
+        assert body == error_json(503, "InternalServerException", "Prediction failed", cause)
         client.post("nobody")
         status, _, body = await client.answer()
     assert status == 404

@@ -173,6 +173,7 @@ async def test_handler_failures_answer_torchserve_error_json(
     body = error_json(response)
     assert body["code"] == code
     assert body["message"] == message
+    assert body.get("cause") == ("RuntimeError: boom" if mode == "raise" else None)
     assert body["type"] in ("InternalServerException", "PredictionException")
     uuid.UUID(response.headers["x-request-id"])
 

@@ -48,6 +48,7 @@ def test_generic_exception_is_503_prediction_failed_with_traceback() -> None:
         "type": "InternalServerException",
         "message": "Prediction failed",
         "traceback": failure.traceback,
+        "cause": "KeyError: 'x'",
     }
 
 
@@ -118,3 +119,17 @@ def test_load_failure_is_500_with_given_details() -> None:
         "Loading failed",
         "the details",
     )
+
+
+def test_generic_failure_names_the_exception_as_its_cause_in_one_safe_line() -> None:
+    exc = raised(ValueError("bad shape (1x3 and 784x10) token=abc\nsecond line"))
+    failure = prediction_failure(exc)
+    assert failure.cause == "ValueError: bad shape (1x3 and 784x10) token=[secret]"
+    assert failure.frame().header["cause"] == failure.cause
+    assert b'"cause": "ValueError: bad shape' in failure.result("r").body
+
+
+def test_cause_hides_url_passwords_and_is_bounded() -> None:
+    cause = prediction_failure(raised(OSError("https://u:pw@h/x " + "y" * 400))).cause
+    assert cause.startswith("OSError: https://u:[secret]@h/x y")
+    assert len(cause) == 300

@@ -399,7 +399,7 @@ def test_a_failing_handler_fails_the_others_but_the_bad_request_keeps_its_400(
         assert (result.request_id, result.status) == (request_id, 503)
         assert result.content_type == "application/json"
         error = {"code": 503, "type": "InternalServerException", "message": "Prediction failed"}
-        assert json.loads(result.body) == error
+        assert json.loads(result.body) == {**error, "cause": "ValueError: handler bug"}
     assert "ValueError: handler bug" in worker.errors()
     assert worker.process.poll() is None
 

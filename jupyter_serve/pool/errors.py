@@ -45,17 +45,20 @@ class BatchFailed(ServeError):
         status_code: int = 503,
         error_type: str = "InternalServerException",
         traceback: str = "",
+        cause: str | None = None,
     ) -> None:
-        super().__init__(message, status_code=status_code)
+        super().__init__(message, status_code=status_code, cause=cause)
         self.error_type = error_type  # type: ignore[misc]  # per instance: the worker's type
         self.traceback = traceback
 
     @classmethod
     def from_header(cls, header: dict[str, Any]) -> BatchFailed:
-        """Build from an `E` frame's header: {"status", "type", "message", "traceback"}."""
+        """Build from an `E` frame's header: {"status", "type", "message", "traceback"}
+        and, for a handler's exception, its one-line "cause" (worker/failures.py)."""
         return cls(
             str(header.get("message") or "Prediction failed"),
             status_code=int(header.get("status") or 503),
             error_type=str(header.get("type") or "InternalServerException"),
             traceback=str(header.get("traceback") or ""),
+            cause=str(header.get("cause") or "") or None,
         )

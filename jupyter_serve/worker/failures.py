@@ -11,6 +11,11 @@ a `PredictionException` with an int `error_code`              code    its messag
 anything else                                                 503     "Prediction failed"
 ==========================================================  ======  =========================
 
+The generic 503 also carries a `cause`, "<ExceptionType>: <message>" (`exception_cause`:
+the message's first line, at most `CAUSE_LENGTH` characters, credential-looking
+`name=value` pairs and URL passwords hidden), which the server adds to TorchServe's
+error JSON beside the message, as registry/start_failure.py does for a failed load.
+
 A `PredictionException` is any class named so in the exception's MRO that carries
 an int `error_code`: ours (`jupyter_serve.handlers.exceptions`), TorchServe's
 (`ts.utils.util`) and MMS's (`mms.service`) alike.
@@ -27,18 +32,26 @@ answers a failed batch only when it rejected nobody.
 
 from __future__ import annotations
 
+import re
 import sys
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..errors import ServeError
+from ..logsafe import printable
 from ..protocol import Frame, InferenceResult, Kind
 from .outputs import InvalidOutput
 
 ERROR_TYPE = "InternalServerException"
 PREDICTION_FAILED = "Prediction failed"
 OUT_OF_RESOURCES = "Out of resources"
+CAUSE_LENGTH = 300  # characters of the handler's exception kept in the answer
+_SECRET_PAIR = re.compile(
+    r"([\w-]*(?:token|passw|secret|api[_-]?key|auth|credential)[\w-]*\s*[=:]\s*)[^\s&,;'\"]+",
+    re.IGNORECASE,
+)
+_URL_PASSWORD = re.compile(r"(://[^/\s:@]*:)[^/\s@]+@")
 
 
 @dataclass(frozen=True)
@@ -48,6 +61,7 @@ class Failure:
     status: int
     message: str
     traceback: str = ""
+    cause: str = ""
 
     def frame(self) -> Frame:
         header = {
@@ -56,11 +70,14 @@ class Failure:
             "message": self.message,
             "traceback": self.traceback,
         }
+        if self.cause:
+            header["cause"] = self.cause
         return Frame(Kind.ERROR, header)
 
     def result(self, request_id: str) -> InferenceResult:
         """This failure as one request's result, as the server answers an `E` frame."""
-        return error_result(request_id, ServeError(self.message, status_code=self.status))
+        error = ServeError(self.message, status_code=self.status, cause=self.cause or None)
+        return error_result(request_id, error)
 
 
 def error_result(request_id: str, error: ServeError) -> InferenceResult:
@@ -78,7 +95,16 @@ def prediction_failure(exc: BaseException) -> Failure:
         return Failure(code, str(getattr(exc, "message", None) or exc), text)
     if isinstance(exc, InvalidOutput):
         return Failure(503, exc.message, exc.detail)
-    return Failure(503, PREDICTION_FAILED, text)
+    return Failure(503, PREDICTION_FAILED, text, exception_cause(exc))
+
+
+def exception_cause(exc: BaseException) -> str:
+    """The one-line cause: "<ExceptionType>: <first line>", bounded, no credential."""
+    lines = str(exc).strip().splitlines()
+    if not lines:
+        return type(exc).__name__
+    first = _URL_PASSWORD.sub(r"\1[secret]@", _SECRET_PAIR.sub(r"\1[secret]", lines[0]))
+    return printable(f"{type(exc).__name__}: {first}"[:CAUSE_LENGTH])
 
 
 def load_failure(exc: BaseException, summary: str, details: str | None = None) -> Failure:
