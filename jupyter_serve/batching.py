@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .errors import RequestTimeout, ServeError, ServiceUnavailable
+from .errors import RequestTimeout, ServeError, no_worker_message, queue_full
 from .protocol import InferenceRequest, InferenceResult
 
 if TYPE_CHECKING:
@@ -52,33 +52,6 @@ __all__ = [
 
 ChunkSink = Callable[[InferenceResult], None]
 """Takes one intermediate result of a streaming request; must not raise."""
-
-
-def no_worker_message(model_name: str, version: str | None = None, job: str = "inference") -> str:
-    """TorchServe 0.12's 503 text for "no worker" and "job queue full" alike.
-
-    For an inference job it names the version the request named, with TorchServe's own
-    stray closing quote (`Model "m" Version 1.0" has no worker ...`), and ends with its
-    note on sequence inference; a describe job's text names the model only.
-    """
-    if job != "inference":
-        return (
-            f'Model "{model_name}" has no worker to serve {job} request. '
-            "Please use scale workers API to add workers."
-        )
-    named = (
-        f'Model "{model_name}"' if version is None else f'Model "{model_name}" Version {version}"'
-    )
-    return (
-        f"{named} has no worker to serve inference request. "
-        "Please use scale workers API to add workers. If this is a sequence inference, "
-        "please check if it is closed, or expired; or exceeds maxSequenceJobQueueSize"
-    )
-
-
-def queue_full(model_name: str) -> ServiceUnavailable:
-    """TorchServe's 503 for a request its model's full job queue cannot take."""
-    return ServiceUnavailable(no_worker_message(model_name))
 
 
 class BatcherClosed(Exception):

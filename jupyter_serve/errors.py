@@ -18,6 +18,7 @@ its error JSON, so that `{"code", "type", "message"}` bodies match TorchServe's:
       x MethodNotAllowed         405  MethodNotAllowedException
       x RequestTimeout           408  RequestTimeoutException
       x ConflictStatus           409  ConflictStatusException
+      x RequestTooLarge          413  RequestEntityTooLargeException
       x ServiceUnavailable       503  ServiceUnavailableException
       x OutOfResources           507  InternalServerException
 
@@ -141,9 +142,49 @@ class ConflictStatus(ServeError):
     error_type = "ConflictStatusException"
 
 
+class RequestTooLarge(ServeError):
+    """The request body exceeds `max_request_size` (Netty's aggregator answers 413), or its
+    tensors `max_tensor_elements`."""
+
+    status_code = 413
+    error_type = "RequestEntityTooLargeException"
+
+    @classmethod
+    def over(cls, limit: int) -> RequestTooLarge:
+        """TorchServe's 413 for a body over `limit` bytes."""
+        return cls(f"Request size exceeds the limit of {limit} bytes.")
+
+
 class ServiceUnavailable(ServeError):
     status_code = 503
     error_type = "ServiceUnavailableException"
+
+
+def no_worker_message(model_name: str, version: str | None = None, job: str = "inference") -> str:
+    """TorchServe 0.12's 503 text for "no worker" and "job queue full" alike.
+
+    For an inference job it names the version the request named, with TorchServe's own
+    stray closing quote (`Model "m" Version 1.0" has no worker ...`), and ends with its
+    note on sequence inference; a describe job's text names the model only.
+    """
+    if job != "inference":
+        return (
+            f'Model "{model_name}" has no worker to serve {job} request. '
+            "Please use scale workers API to add workers."
+        )
+    named = (
+        f'Model "{model_name}"' if version is None else f'Model "{model_name}" Version {version}"'
+    )
+    return (
+        f"{named} has no worker to serve inference request. "
+        "Please use scale workers API to add workers. If this is a sequence inference, "
+        "please check if it is closed, or expired; or exceeds maxSequenceJobQueueSize"
+    )
+
+
+def queue_full(model_name: str) -> ServiceUnavailable:
+    """TorchServe's 503 for a request its model's full job queue cannot take."""
+    return ServiceUnavailable(no_worker_message(model_name))
 
 
 class OutOfResources(ServeError):

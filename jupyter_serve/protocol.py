@@ -46,6 +46,11 @@ along as SCM_RIGHTS::
                            "code": int (negative: killed by that signal)}
     E     factory -> server the fork failed: {"id", "status": 500, "message"}
 
+A KServe request travels as one WireRequest whose body is the client's, untouched,
+and whose headers carry `KSERVE_HEADER` (set by the server, never taken from a
+client): JSON {"protocol": "v1"|"v2", "room": items the queue takes, "max_elements",
+"model": [name, version]}; the worker opens it (jupyter_serve.worker.kserve).
+
 One request is in flight per connection at a time: the server sends L or I and
 waits for the matching R or E, reading any number of S frames before it (a
 handler calling TorchServe's `send_intermediate_predict_response`). A closed
@@ -64,6 +69,9 @@ from enum import Enum
 from typing import Any
 
 Buffer = bytes | bytearray | memoryview  # what a frame payload part may be
+
+KSERVE_HEADER = "X-Jupyter-Serve-Kserve"
+"""The request header saying a body is a KServe envelope for the worker to open."""
 
 _LENGTH = struct.Struct("!I")
 _PREFIX = struct.Struct("!BI")  # kind, header length

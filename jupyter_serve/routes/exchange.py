@@ -43,7 +43,7 @@ from typing import Any, NamedTuple, Protocol
 from tornado.httputil import HTTPServerRequest
 
 from ..batching import ChunkSink, no_worker_message
-from ..errors import ServeError, ServiceUnavailable
+from ..errors import RequestTooLarge, ServeError, ServiceUnavailable
 from ..logsafe import printable
 from ..metrics import ServeMetrics
 from ..protocol import InferenceRequest, InferenceResult
@@ -54,18 +54,6 @@ DEFAULT_MAX_REQUEST_SIZE = 6553500
 
 MODEL_PATH = r"/([^/]+)(?:/([^/]+)(?:/(.+))?)?/?"
 """`/{model}[/{version}[/{extra...}]]`, after `predictions` or `explanations` (unanchored)."""
-
-
-class RequestTooLarge(ServeError):
-    """The request body exceeds `max_request_size` (Netty's aggregator answers 413)."""
-
-    status_code = 413
-    error_type = "RequestEntityTooLargeException"
-
-    @classmethod
-    def over(cls, limit: int) -> RequestTooLarge:
-        """TorchServe's 413 for a body over `limit` bytes."""
-        return cls(f"Request size exceeds the limit of {limit} bytes.")
 
 
 def request_size_error(

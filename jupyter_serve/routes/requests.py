@@ -13,7 +13,8 @@ TorchServe's frontend (`InferenceRequestHandler.parseRequest`):
 Except Jupyter's own credentials: `Authorization` (the token or an inference key),
 `Cookie` (the login cookie) and the XSRF token headers tornado reads (`X-XSRFToken`,
 `X-CSRFToken`) never reach handler code
-(`handler_headers`), which must not be able to act as the user who called it; nor do
+(`handler_headers`), which must not be able to act as the user who called it, nor
+does a client's `X-Jupyter-Serve-Kserve` (the server's own word to the worker); nor do
 the arguments jupyter_server reads credentials from, `token` and `_xsrf`, whether
 they come as form fields or (on the routes that forward the query) query arguments
 (`handler_arguments`).
@@ -26,10 +27,11 @@ import secrets
 
 from tornado.httputil import HTTPServerRequest
 
-from ..protocol import InferenceRequest, Parameter
+from ..protocol import KSERVE_HEADER, InferenceRequest, Parameter
 
 FORM_TYPES = ("multipart/form-data", "application/x-www-form-urlencoded")
 CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "x-xsrftoken", "x-csrftoken"})
+NOT_FORWARDED = CREDENTIAL_HEADERS | {KSERVE_HEADER.lower()}  # ours only: the server sets it
 CREDENTIAL_ARGUMENTS = frozenset({"token", "_xsrf"})
 """Arguments jupyter_server takes credentials from (`?token=`, a form's `_xsrf`)."""
 
@@ -65,12 +67,25 @@ def to_inference_request(
     return InferenceRequest(request_id, headers, tuple(_parameters(request)))
 
 
+def raw_body_request(
+    request: HTTPServerRequest, request_id: str, *, explain: bool = False
+) -> InferenceRequest:
+    """`to_inference_request`'s headers with the body as its one `body` parameter, unparsed
+    whatever its content type (the KServe routes' bodies: the worker opens them)."""
+    headers = handler_headers(request)
+    headers["explain"] = "True" if explain else "False"
+    content_type = request.headers.get("Content-Type", "")
+    return InferenceRequest(
+        request_id, headers, (Parameter("body", content_type, request.body or b""),)
+    )
+
+
 def handler_headers(request: HTTPServerRequest) -> dict[str, str]:
     """The request's headers a handler may see: all but Jupyter's credentials."""
     return {
         name: value
         for name, value in request.headers.get_all()
-        if name.lower() not in CREDENTIAL_HEADERS
+        if name.lower() not in NOT_FORWARDED
     }
 
 

@@ -37,11 +37,10 @@ from typing import IO, Any
 
 from tornado import web
 
-from ..errors import BadRequest, ConflictStatus, ServeError
+from ..errors import BadRequest, ConflictStatus, RequestTooLarge, ServeError
 from ..registry.names import name_problem, nfc, twin_in
 from ..registry.sources import ARCHIVE_SUFFIXES
 from .access import WRITE, allow
-from .exchange import RequestTooLarge
 from .management import ManagementRoute
 from .params import bool_arg
 

@@ -60,6 +60,7 @@ from ..protocol import (
 from .context import Context
 from .failures import Failure, format_traceback, load_failure, prediction_failure
 from .inputs import BatchInput, build_batch
+from .kserve import expand
 from .loader import DEFAULT_BUILTIN_PACKAGE, HandleFunction, HandlerLoadError, load_handler
 from .metrics import MetricsCache
 from .outputs import build_results
@@ -219,26 +220,32 @@ def run_batch(
     """Call the handler on one batch: an R frame with results and metrics, or an E frame.
 
     Requests whose inputs cannot be decoded never reach the handler: each gets its
-    own 400 in the R frame (see `inputs`). Intermediate results the handler streams
+    own 400 in the R frame (see `inputs`). A KServe request the server forwarded is
+    opened into its rows first, and its rows' results folded back into its answer
+    (`kserve`). Intermediate results the handler streams
     go out through `send_frame` as S frames while it runs.
     """
     if model.handle is None:
         raise ProtocolError("The model is not loaded")
-    batch = build_batch(requests, command, model.spec.decode_input_request)
+    forwarded = expand(requests)  # KServe bodies the server forwarded unopened (kserve.py)
+    batch = build_batch(forwarded.requests, command, model.spec.decode_input_request)
     if not batch.request_ids:  # every request was rejected: nothing for the handler
-        return encode_results(batch.answers([]), metrics=model.metrics.drain(), predict_ms=0.0)
+        answers = forwarded.collect(batch.answers([]))
+        return encode_results(answers, metrics=model.metrics.drain(), predict_ms=0.0)
     try:
-        results, predict_ms = _handle(model.handle, model.context(), batch, send_frame)
+        results, predict_ms = _handle(model.handle, model.context(), batch, send_frame,
+                                      forwarded.opened_ids)  # fmt: skip
     except Exception as exc:
         model.metrics.drain()
         failure = prediction_failure(exc)
         print(failure.traceback, file=sys.stderr, flush=True)
-        if not batch.rejected:
+        if not batch.rejected and not forwarded.answered:
             return failure.frame()
-        return encode_results(batch.answers([failure.result(r) for r in batch.request_ids]))
+        failed = [failure.result(r) for r in batch.request_ids]
+        return encode_results(forwarded.collect(batch.answers(failed)))
     model.metrics.add_time(PREDICTION_METRIC, round(predict_ms, 2))  # as ts/service.py
-    results = batch.answers(results)
-    return encode_results(results, metrics=model.metrics.drain(), predict_ms=predict_ms)
+    answers = forwarded.collect(batch.answers(results))
+    return encode_results(answers, metrics=model.metrics.drain(), predict_ms=predict_ms)
 
 
 def _handle(
@@ -246,11 +253,13 @@ def _handle(
     context: Context,
     batch: BatchInput,
     send_frame: Callable[[Frame], None] | None,
+    unstreamed: frozenset[str] = frozenset(),
 ) -> tuple[list[InferenceResult], float]:
-    """The handler's results for the batch's accepted requests, and its time in ms."""
+    """The handler's results for the batch's accepted requests, and its time in ms; what it
+    streams to the requests of `unstreamed` (KServe envelopes: one answer each) is dropped."""
     context.with_requests(batch.request_ids, batch.headers)
     if send_frame is not None:
-        context.chunk_sink = partial(_send_chunk, send_frame)
+        context.chunk_sink = partial(_send_chunk, send_frame, unstreamed)
     context.metrics.begin_batch(context.request_ids)
     started = time.perf_counter()
     try:
@@ -265,7 +274,14 @@ def _env(changes: dict[str, Any]) -> dict[str, str | None]:
     return {str(name): None if value is None else str(value) for name, value in changes.items()}
 
 
-def _send_chunk(send_frame: Callable[[Frame], None], chunk: StreamChunk) -> None:
+def _send_chunk(
+    send_frame: Callable[[Frame], None], unstreamed: frozenset[str], chunk: StreamChunk
+) -> None:
+    if unstreamed and chunk.status == 200:  # a failing status still fails the batch
+        kept = [result for result in chunk.results if result.request_id not in unstreamed]
+        if not kept:
+            return
+        chunk = StreamChunk(kept, chunk.status, chunk.message)
     send_frame(encode_chunk(chunk))
 
 

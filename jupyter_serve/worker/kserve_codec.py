@@ -21,8 +21,7 @@ import base64
 import json
 from typing import Any, NamedTuple
 
-from ..batching import queue_full
-from ..errors import BadRequest
+from ..errors import BadRequest, queue_full
 from ..oip import (
     BINARY_TYPE,
     BinaryDataError,

@@ -1,0 +1,133 @@
+"""Tests for the worker opening KServe requests the server forwarded (worker/kserve.py).
+
+In-process: `expand` and `Forwarded.collect` on wire requests as the server sends
+them, and `ModelService` with a real handler for the whole batch. Spies show that a
+request breaking a rule is refused before anything is built for it.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any
+
+import pytest
+
+from jupyter_serve.errors import no_worker_message
+from jupyter_serve.oip import BINARY_HEADER
+from jupyter_serve.protocol import KSERVE_HEADER, InferenceRequest, InferenceResult, Parameter
+from jupyter_serve.worker import kserve_codec, kserve_tensors
+from jupyter_serve.worker.kserve import expand
+
+JSON = "application/json"
+
+
+def forwarded(protocol: str, body: Any, room: int = 100, max_elements: int = 1000,
+              **headers: str) -> InferenceRequest:  # fmt: skip
+    """A KServe request as the server's route forwards it."""
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    how = {"protocol": protocol, "room": room, "max_elements": max_elements,
+           "model": ["m", "2.0"]}  # fmt: skip
+    return InferenceRequest("r1", {KSERVE_HEADER: json.dumps(how), "explain": "False", **headers},
+                            (Parameter("body", JSON, raw),))  # fmt: skip
+
+
+def v2(shape: list[int], data: list[Any], datatype: str = "FP32") -> dict[str, Any]:
+    return {"inputs": [{"name": "x", "shape": shape, "datatype": datatype, "data": data}]}
+
+
+def calls(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> list[int]:
+    seen: list[int] = []
+    original = getattr(module, name)
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        seen.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counting)
+    return seen
+
+
+def test_v1_instances_become_rows_and_their_results_one_predictions_answer() -> None:
+    batch = expand([forwarded("v1", {"instances": [{"a": 1}, 7]})])
+    rows = [{p.name: json.loads(p.value) for p in r.parameters} for r in batch.requests]
+    assert rows == [{"a": 1}, {"body": 7}]
+    assert all(KSERVE_HEADER not in r.headers for r in batch.requests)  # the handler never sees it
+    (answer,) = batch.collect(
+        [InferenceResult("r1", body=b'"x"'), InferenceResult("r1", body=b"2")]
+    )
+    assert (answer.status, json.loads(answer.body)) == (200, {"predictions": ["x", 2]})
+
+
+def test_a_failed_row_answers_for_its_whole_request() -> None:
+    batch = expand([forwarded("v1", {"instances": [1, 2]})])
+    failed = InferenceResult("r1", 507, b"no room", "text/plain")
+    assert batch.collect([InferenceResult("r1", body=b"1"), failed]) == [failed]
+
+
+def test_a_body_that_is_no_envelope_is_the_handlers_one_row_answered_as_is() -> None:
+    plain = InferenceRequest("r0", {"A": "b"}, (Parameter("body", "", b"raw"),))
+    batch = expand([plain, forwarded("v2", b"raw bytes")])
+    assert [r.parameters[0].value for r in batch.requests] == [b"raw", b"raw bytes"]
+    answers = [InferenceResult("r0", body=b"one"), InferenceResult("r1", body=b"two")]
+    assert batch.collect(answers) == answers
+
+
+def test_v2_answers_carry_the_model_and_binary_outputs_when_asked() -> None:
+    request = {**v2([2], [1.5, 2.5]), "id": "q", "parameters": {"binary_data_output": True}}
+    batch = expand([forwarded("v2", request)])
+    (answer,) = batch.collect([InferenceResult("r1", body=b"[1.0, 2.0]")])
+    length = int(answer.headers[BINARY_HEADER])
+    header = json.loads(answer.body[:length])
+    assert (header["id"], header["model_name"], header["model_version"]) == ("q", "m", "2.0")
+    assert struct.unpack("<2d", answer.body[length:]) == (1.0, 2.0)
+
+
+def test_a_shape_that_describes_no_data_is_refused_before_anything_is_shaped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    shaped = calls(monkeypatch, kserve_tensors, "tensor_json")
+    batch = expand([forwarded("v2", v2([4_000_000, 0], []))])
+    (answer,) = batch.collect([])
+    assert (answer.status, batch.requests, shaped) == (400, [], [])
+
+
+def test_tensors_past_the_cap_are_refused_before_their_binary_data_is_decoded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    decoded = calls(monkeypatch, kserve_tensors, "read_elements")
+    inputs = [{"name": "b", "shape": [1001], "datatype": "BOOL",
+               "parameters": {"binary_data_size": 1001}}]  # fmt: skip
+    header = json.dumps({"inputs": inputs}).encode()
+    request = forwarded("v2", header + bytes(1001), **{BINARY_HEADER: str(len(header))})
+    (answer,) = expand([request]).collect([])
+    assert (answer.status, json.loads(answer.body)["type"]) == (
+        413,
+        "RequestEntityTooLargeException",
+    )
+    assert decoded == []
+
+
+def test_more_items_than_the_queue_takes_are_refused_before_one_row_is_built(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    built = calls(monkeypatch, kserve_codec, "item_parameters")
+    batch = expand([forwarded("v1", {"instances": list(range(6))}, room=5)])
+    (answer,) = batch.collect([])
+    assert (answer.status, json.loads(answer.body)["message"]) == (503, no_worker_message("m"))
+    assert built == []
+
+
+def test_a_refused_request_leaves_the_others_of_its_batch_to_the_handler() -> None:
+    good = InferenceRequest("r0", {}, (Parameter("body", "", b"ok"),))
+    batch = expand([forwarded("v1", {"instances": 3}), good, forwarded("v2", b'{"inputs": [')])
+    assert [r.request_id for r in batch.requests] == ["r0", "r1"]  # the last: no envelope
+    answers = batch.collect([InferenceResult("r0", body=b"fine"), InferenceResult("r1", body=b"!")])
+    assert [a.status for a in answers] == [400, 200, 200]
+    assert batch.answered
+
+
+def test_a_malformed_server_header_is_that_requests_400() -> None:
+    broken = InferenceRequest("r1", {KSERVE_HEADER: "{"}, (Parameter("body", JSON, b"{}"),))
+    (answer,) = expand([broken]).collect([])
+    assert answer.status == 400

@@ -1,0 +1,35 @@
+"""Tests for the worker's v2 tensor shaping: the JSON of the nested lists, a block at a time."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+
+from jupyter_serve.worker.kserve_tensors import nested_lists, tensor_json
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [[], [5], [0], [40000], [3, 20000], [20000, 1, 1], [2, 3, 4], [1, 0, 5], [8193, 2],
+     [1] * 63 + [3], [3] + [1] * 63, [2] * 12],
+)  # fmt: skip
+def test_shaped_data_is_the_json_of_the_nested_lists_the_handler_always_got(
+    shape: list[int],
+) -> None:
+    flat = [n % 7 / 2 if n % 3 else n for n in range(max(math.prod(shape), 1))]
+
+    def nest(values: list[Any], dims: list[int]) -> Any:
+        if len(dims) <= 1:
+            return values[: dims[0]] if dims else values[0]
+        step = math.prod(dims[1:])
+        return [nest(values[i * step : (i + 1) * step], dims[1:]) for i in range(dims[0])]
+
+    read = lambda start, count: flat[start : start + count]  # noqa: E731
+    assert tensor_json(read, shape) == json.dumps(nest(flat, shape))
+
+
+def test_nested_lists_counts_the_brackets_of_a_shape() -> None:
+    assert [nested_lists(s) for s in ([3], [2, 3], [2, 3, 4], [1, 0, 5], [])] == [1, 3, 9, 2, 0]
