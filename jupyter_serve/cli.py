@@ -10,7 +10,9 @@ Jupyter server (`--port`, `--IdentityProvider.token=...`, `--no-browser`,
 `jupyter serve keys list|create [--name N] [--models a,b]|revoke ID [--url U --token T]`
 manages the inference keys of a running server instead (found as the magics find
 one: `JUPYTER_SERVE_URL`/`JUPYTER_SERVE_TOKEN`, else the one running server's
-runtime file); `create` prints the key alone on stdout, the only time it is shown.
+runtime file; `--url` alone takes the token of that server's runtime file);
+`create` prints the key alone on stdout, the only time it is shown. A refusal is
+one line on stderr, and a 403 says how to give the token (failures.py).
 
 `jupyter serve export DIR [--models a,b] [--force] [--protocol v1|v2] [--storage-uri U]
 [--snapshot FILE] [--url U --token T]` writes what a running server (found the same
@@ -38,6 +40,7 @@ from jupyter_server.serverapp import ServerApp
 from .app import ServeApp
 from .client import ServeClient, ServeClientError, ServerNotFound, discover
 from .demo import DEMO_MODEL, build_demo
+from .failures import CLI_TOKEN_HINT, answer_line
 from .keys import key_table
 
 __all__ = ["export_main", "keys_main", "keys_parser", "main", "parser", "server_argv"]
@@ -114,9 +117,15 @@ def keys_main(argv: Sequence[str]) -> int:
         client = ServeClient(discover(args.url, args.token, any_server=True), timeout=30)
         _key_command(client, args)
     except (ServerNotFound, ServeClientError, OSError) as error:
-        print(f"jupyter serve keys: {error}", file=sys.stderr)
+        failed("jupyter serve keys", error)
         return 1
     return 0
+
+
+def failed(prog: str, error: Exception) -> None:
+    """`prog: <why>` on stderr; an error answer as `HTTP <status> <message> (<hint>)`."""
+    said = answer_line(error, CLI_TOKEN_HINT) if isinstance(error, ServeClientError) else error
+    print(f"{prog}: {said}", file=sys.stderr)
 
 
 def _key_command(client: ServeClient, args: argparse.Namespace) -> None:
@@ -150,7 +159,7 @@ def export_main(argv: Sequence[str]) -> int:
     try:
         return export_status(run_export(args, client))
     except (ExportError, ServerNotFound, ServeClientError, OSError, ValueError) as error:
-        print(f"jupyter serve export: {error}", file=sys.stderr)
+        failed("jupyter serve export", error)
         return 1
 
 

@@ -15,12 +15,14 @@ registered by its store name, so it works against a server on another machine.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -56,8 +58,9 @@ __all__ = [
 
 
 class ServeClientError(Exception):
-    """The server answered with an error: TorchServe's `{"code", "type", "message"}`, and
-    jupyter_serve's one-line `cause` when the body has one."""
+    """The server answered with an error: TorchServe's `{"code", "type", "message"}`,
+    jupyter_serve's one-line `cause` when the body has one, and the client's own `hint`
+    of what to do (e.g. "did you mean mnistnb?" for a model name that is not served)."""
 
     def __init__(
         self, status: int, error_type: str, message: str, cause: str | None = None
@@ -67,6 +70,11 @@ class ServeClientError(Exception):
         self.error_type = error_type
         self.message = message
         self.cause = cause
+        self.hint = ""
+
+    def __str__(self) -> str:
+        said = f"{self.status} {self.error_type}: {self.message}"
+        return f"{said} ({self.hint})" if self.hint else said
 
 
 class UploadError(ServeClientError):
@@ -199,16 +207,47 @@ class ServeClient:
         return result
 
     def scale(self, name: str, version: str | None = None, **params: Any) -> dict[str, Any]:
-        result: dict[str, Any] = self.request_json("PUT", _model_path(name, version), params=params)
+        with self.naming(name):
+            path = _model_path(name, version)
+            result: dict[str, Any] = self.request_json("PUT", path, params=params)
         return result
 
     def unregister(self, name: str, version: str | None = None) -> dict[str, Any]:
-        result: dict[str, Any] = self.request_json("DELETE", _model_path(name, version))
+        with self.naming(name):
+            result: dict[str, Any] = self.request_json("DELETE", _model_path(name, version))
         return result
 
     def describe(self, name: str, version: str | None = None, **params: Any) -> list[Any]:
-        result: list[Any] = self.request_json("GET", _model_path(name, version), params=params)
+        with self.naming(name):
+            path = _model_path(name, version)
+            result: list[Any] = self.request_json("GET", path, params=params)
         return result
+
+    def logs(self, name: str, version: str | None = None, lines: int = 200) -> list[str]:
+        """The newest `lines` lines its workers printed (jupyter_serve's `logs/{m}[/{v}]`)."""
+        with self.naming(name):
+            path = _model_path(name, version, "logs")
+            found: list[str] = self.request_json("GET", path, params={"lines": lines})["lines"]
+        return found
+
+    @contextmanager
+    def naming(self, name: str) -> Iterator[None]:
+        """A 404 raised in the block for a model `name` that is not served gets the close
+        names of the served models as its `hint` ("did you mean mnistnb?")."""
+        try:
+            yield
+        except ServeClientError as error:
+            if error.status == 404 and not error.hint:
+                error.hint = self._did_you_mean(name)
+            raise
+
+    def _did_you_mean(self, name: str) -> str:
+        try:
+            served = [model["modelName"] for model in self.list_models()]
+        except (ServeClientError, OSError, ValueError, KeyError):
+            return ""
+        close = [] if name in served else difflib.get_close_matches(name, served, n=3)
+        return f"did you mean {' or '.join(close)}?" if close else ""
 
     def predict(
         self,
@@ -222,7 +261,10 @@ class ServeClient:
         """POST to predictions (or explanations); str goes as text, other objects as JSON."""
         data, kind = _encode_body(body, content_type)
         route = "explanations" if explain else "predictions"
-        return self.request("POST", _model_path(name, version, route), body=data, content_type=kind)
+        with self.naming(name):
+            return self.request(
+                "POST", _model_path(name, version, route), body=data, content_type=kind
+            )
 
     # ---- inference keys (jupyter_serve's own routes) -------------------------
 

@@ -3,7 +3,11 @@
 Magics and widgets run in a kernel, a different process from the Jupyter server,
 and need its url and token. Discovery order:
 
-1. explicit arguments (`%serve connect URL --token T`);
+1. explicit arguments (`%serve connect URL --token T`, `--url U --token T`). A url
+   without a token takes the token of the running server's runtime file at that
+   address (`localhost`, `127.0.0.1` and `::1` are one host; a trailing slash, a
+   page such as `lab` or `tree` after the base_url, and a pasted `?token=` are
+   understood), else ``JUPYTER_SERVE_TOKEN``;
 2. the environment: ``JUPYTER_SERVE_URL`` and ``JUPYTER_SERVE_TOKEN``;
 3. the runtime file of the server that started this kernel:
    ``jpserver-$JPY_PARENT_PID.json`` in Jupyter's runtime directory;
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import urllib.parse
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,11 +92,11 @@ def discover(
 ) -> ServerInfo:
     """The Jupyter server this kernel should talk to (see the module docstring)."""
     environ = os.environ if env is None else env
+    folder = runtime or runtime_dir()
     if url:
-        return ServerInfo(url, token or environ.get(TOKEN_ENV, ""), "explicit")
+        return _at_address(url, token, environ.get(TOKEN_ENV, ""), folder)
     if environ.get(URL_ENV):
         return ServerInfo(environ[URL_ENV], token or environ.get(TOKEN_ENV, ""), "environment")
-    folder = runtime or runtime_dir()
     parent = environ.get("JPY_PARENT_PID")
     if parent:
         found = _read_runtime_file(folder / f"jpserver-{parent}.json")
@@ -116,13 +121,54 @@ def _runtime_files(folder: Path) -> Iterable[ServerInfo]:
             yield info
 
 
-def _only_running_server(folder: Path) -> ServerInfo:
-    """The one server whose runtime file names a live process (a shell has no kernel)."""
+def _running_servers(folder: Path) -> list[ServerInfo]:
+    """The servers whose runtime files name a live process."""
     running = []
     for path in sorted(folder.glob("jpserver-*.json")):
         info = _read_runtime_file(path)
         if info is not None and _alive(path.stem.removeprefix("jpserver-")):
             running.append(info)
+    return running
+
+
+def _at_address(url: str, token: str | None, env_token: str, folder: Path) -> ServerInfo:
+    """The server at `url`: a `?token=` in it, else `token`, else the token of the running
+    server whose base url `url` starts with (its url replaces `url`), else `env_token`."""
+    pasted = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query).get("token", [""])[0]
+    token = token or pasted
+    given = _address(url)
+    matches = [info for info in _running_servers(folder) if _under(given, _address(info.url))]
+    if not matches:
+        return ServerInfo(url.split("?", 1)[0], token or env_token, "explicit")
+    server = max(matches, key=lambda info: len(_address(info.url)[1]))  # the longest base_url
+    return ServerInfo(server.url, token or server.token, "explicit")
+
+
+Address = tuple[tuple[str, str, "int | None"], str]
+LOOPBACK = {"localhost", "127.0.0.1", "::1", "0.0.0.0", "::", ""}
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _address(url: str) -> Address:
+    """(scheme, host, port) with every loopback name as one, and the path ending in '/'."""
+    parts = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
+    host = (parts.hostname or "").lower()
+    host = "loopback" if host in LOOPBACK else host
+    try:
+        port = parts.port or DEFAULT_PORTS.get(parts.scheme)
+    except ValueError:  # a port that is not a number: matches nothing
+        port = None
+    return (parts.scheme, host, port), parts.path.rstrip("/") + "/"
+
+
+def _under(given: Address, server: Address) -> bool:
+    """`given` is at the server's address, on its base url or a page below it."""
+    return given[0] == server[0] and given[1].startswith(server[1])
+
+
+def _only_running_server(folder: Path) -> ServerInfo:
+    """The one server whose runtime file names a live process (a shell has no kernel)."""
+    running = _running_servers(folder)
     if len(running) == 1:
         return running[0]
     if not running:

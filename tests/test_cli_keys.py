@@ -58,7 +58,7 @@ async def test_create_list_and_revoke(
 
     code, _, err = await run(capsys, "keys", "revoke", info.key_id, *server)
     assert code == 1
-    assert "404 ResourceNotFoundException: Key not found" in err
+    assert err.startswith("jupyter serve keys: HTTP 404 Key not found")
 
 
 async def test_the_server_is_found_from_the_environment(

@@ -96,3 +96,24 @@ def test_outside_a_kernel_the_one_running_server_is_found(tmp_path: Path) -> Non
         discover(env={}, runtime=tmp_path, any_server=True)
     env = {"JUPYTER_SERVE_URL": "http://env:1/", "JUPYTER_SERVE_TOKEN": "e"}
     assert discover(env=env, runtime=tmp_path, any_server=True).url == "http://env:1/"
+
+
+def test_a_url_alone_takes_the_token_of_the_running_server_at_that_address(
+    tmp_path: Path,
+) -> None:
+    write_runtime(tmp_path, os.getpid(), "http://127.0.0.1:8801/", "plain")
+    write_runtime(tmp_path, os.getppid(), "http://localhost:8802/jupyter/", "based")
+    write_runtime(tmp_path, dead_pid(), "http://127.0.0.1:8803/", "crashed")
+    env = {"JUPYTER_SERVE_TOKEN": "from-env"}
+    for url in ("http://localhost:8801", "http://127.0.0.1:8801/", "localhost:8801/lab",
+                "http://[::1]:8801/tree?x=1"):  # fmt: skip
+        assert discover(url, env=env, runtime=tmp_path).token == "plain", url
+    based = discover("http://127.0.0.1:8802/jupyter/lab/tree", env=env, runtime=tmp_path)
+    assert based == ServerInfo("http://localhost:8802/jupyter/", "based", "explicit")
+    assert discover("http://localhost:8801/", "given", env=env, runtime=tmp_path).token == "given"
+    pasted = discover("http://localhost:8801/lab?token=pasted", env=env, runtime=tmp_path)
+    assert pasted.token == "pasted"
+    for elsewhere in ("http://localhost:8803/", "http://localhost:8802/", "https://localhost:8801/",
+                      "http://example.org:8801/"):  # fmt: skip
+        found = discover(elsewhere, env=env, runtime=tmp_path)
+        assert (found.url, found.token) == (elsewhere, "from-env"), elsewhere

@@ -3,6 +3,7 @@
     DIR/model-store/*.mar           every chosen model version's archive
     DIR/config/config.properties    TorchServe's settings, a model_snapshot of every version
     DIR/inferenceservice.yaml       a KServe v1beta1 InferenceService (pytorch, v1 or v2)
+    DIR/samples/<model>.<ext>       the example request an archive ships (samples.py)
     DIR/README.md                   how to run it, and what did not carry over
 
 One concern per module:
@@ -10,7 +11,8 @@ One concern per module:
 * `plan`: `ExportItem` (one version and its settings), `Skipped`, the errors;
 * `gather`: items from a running server or from a snapshot file;
 * `facts`: what an archive needs elsewhere (requirements, a kernelspec's Python);
-* `properties`, `kserve`, `readme`: the three written files;
+* `properties`, `kserve`, `readme`: the three written files; `samples`: the example
+  request bodies;
 * `layout`: writing it all beside DIR, then renaming it into place;
 * `command`: the arguments and run shared by the CLI (cli.py) and `%serve export`.
 """

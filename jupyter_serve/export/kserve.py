@@ -6,7 +6,10 @@ runtime serves), `protocolVersion` v1 (KServe v1: `/v1/models/{m}:predict`) or v
 placeholder to replace (`gs://REPLACE-WITH-YOUR-BUCKET/<name>`). Resources follow
 what the notebook ran, the same for requests and limits:
 
-* cpu: one core per worker (every version's minWorkers), at least one;
+* cpu: one core per worker (every version's minWorkers), at least one and at most
+  `MAX_CPUS` (4): a notebook server's defaults can start many workers (one per CPU of
+  the notebook's machine), and a pod asking for that many cores may never be
+  scheduled; the file's comment says so, so raise it where the cluster has the cores;
 * memory: 1 GiB for TorchServe's frontend (its JVM used about 550 MB here) plus, per
   worker, the most one of that version's workers used (512 MiB when not measured,
   as from a snapshot), rounded up to 256 MiB;
@@ -25,7 +28,15 @@ import yaml
 
 from .plan import ExportItem
 
-__all__ = ["PLACEHOLDER", "inference_service", "resources", "service_name"]
+__all__ = [
+    "MAX_CPUS",
+    "PLACEHOLDER",
+    "cpus",
+    "inference_service",
+    "inference_service_yaml",
+    "resources",
+    "service_name",
+]
 
 PLACEHOLDER = "gs://REPLACE-WITH-YOUR-BUCKET/{name}"
 FRONTEND_MIB = 1024
@@ -33,6 +44,7 @@ WORKER_MIB = 512
 ROUND_MIB = 256
 MIB = 1024 * 1024
 PROTOCOLS = ("v1", "v2")
+MAX_CPUS = 4
 
 
 def service_name(text: str) -> str:
@@ -44,14 +56,28 @@ def service_name(text: str) -> str:
 
 def resources(items: Sequence[ExportItem]) -> dict[str, dict[str, str]]:
     """Requests and limits from the versions' workers and devices (module docstring)."""
-    workers = sum(item.min_workers for item in items)
     memory = FRONTEND_MIB + sum(item.min_workers * _worker_mib(item) for item in items)
-    amounts = {"cpu": str(max(1, workers)), "memory": f"{memory}Mi"}
+    amounts = {"cpu": str(cpus(items)), "memory": f"{memory}Mi"}
     gpu_items = [item for item in items if item.on_gpu]
     if gpu_items:
         named = {gpu for item in gpu_items for gpu in item.device_ids}
         amounts["nvidia.com/gpu"] = str(max(1, len(named)))
     return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def cpus(items: Sequence[ExportItem]) -> int:
+    """One core per worker, at least 1 and at most `MAX_CPUS`."""
+    return min(MAX_CPUS, max(1, sum(item.min_workers for item in items)))
+
+
+def resources_comment(items: Sequence[ExportItem]) -> str:
+    """Why the resources are what they are (the yaml's comment)."""
+    workers = sum(item.min_workers for item in items)
+    return (
+        f"# resources: cpu is one core per TorchServe worker ({workers} in all, minWorkers of "
+        f"every version), at most {MAX_CPUS};\n# memory is 1 GiB for TorchServe's frontend "
+        "plus what each worker used in the notebook. Change both to suit your cluster."
+    )
 
 
 def _worker_mib(item: ExportItem) -> int:
@@ -80,9 +106,12 @@ def inference_service(
     }
 
 
-def inference_service_yaml(service: dict[str, Any], placeholder: bool) -> str:
-    """The file's text: a comment, then the object."""
+def inference_service_yaml(
+    service: dict[str, Any], items: Sequence[ExportItem], placeholder: bool
+) -> str:
+    """The file's text: comments (what to do, why the resources), then the object."""
     head = ["# Written by `jupyter serve export`: `kubectl apply -f inferenceservice.yaml`."]
     if placeholder:
         head.append("# REPLACE storageUri: upload this folder and put its URI there (README.md).")
+    head.append(resources_comment(items))
     return "\n".join(head) + "\n" + yaml.safe_dump(service, sort_keys=False)

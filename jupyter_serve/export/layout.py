@@ -6,7 +6,8 @@
 2. fetches every item's archive into `<tmp>/model-store/` (`<name>.mar`, or
    `<name>-<version>.mar` for a model with several versions); a version whose archive
    cannot be had is left out with its reason (`Skipped`), the others go on;
-3. writes `config/config.properties`, `inferenceservice.yaml` and `README.md`;
+3. writes `config/config.properties`, `inferenceservice.yaml`, the example request
+   bodies the archives ship (`samples/`, samples.py) and `README.md`;
 4. renames the folder onto DIR (an old DIR, with `force`, is moved aside first and
    removed after). Any failure removes the temporary folder: nothing half-written stays.
 """
@@ -27,6 +28,7 @@ from .kserve import inference_service, inference_service_yaml, service_name
 from .plan import ExportError, ExportItem, NotExported, Skipped
 from .properties import config_properties
 from .readme import Exported, readme
+from .samples import write_samples
 
 __all__ = ["ExportOptions", "ExportResult", "write_export"]
 
@@ -157,10 +159,11 @@ def _describe(
     name = service_name(options.name or dest.name)
     items = [e.item for e in exported]
     service = inference_service(name, items, options.protocol, options.storage_uri)
-    text = inference_service_yaml(service, placeholder=options.storage_uri is None)
+    text = inference_service_yaml(service, items, placeholder=options.storage_uri is None)
     (temp / "inferenceservice.yaml").write_text(text, encoding="utf-8")
+    samples = write_samples(temp, temp / "model-store", exported)
     (temp / "README.md").write_text(
-        readme(name, exported, skipped, options.protocol), encoding="utf-8"
+        readme(name, exported, skipped, options.protocol, samples), encoding="utf-8"
     )
 
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .facts import ArchiveFacts
 from .plan import ExportItem, Skipped
+from .samples import Sample
 
 __all__ = ["Exported", "readme"]
 
@@ -25,13 +26,20 @@ class Exported:
     facts: ArchiveFacts
 
 
+PLACEHOLDER_BODY = "[1.0, 2.0, 3.0, 4.0]"
+
+
 def readme(
-    name: str, exported: Sequence[Exported], skipped: Sequence[Skipped], protocol: str
+    name: str,
+    exported: Sequence[Exported],
+    skipped: Sequence[Skipped],
+    protocol: str,
+    samples: Mapping[str, Sample] | None = None,
 ) -> str:
-    """The README's Markdown."""
+    """The README's Markdown; `samples`: the example bodies written, by model name."""
     parts = [
         _intro(name, exported),
-        _run_locally(exported),
+        _run_locally(exported, samples or {}),
         _kserve(name, exported, protocol),
         _not_carried(exported, skipped),
         PORTABLE,
@@ -62,8 +70,9 @@ expects it:
 {rows}"""
 
 
-def _run_locally(exported: Sequence[Exported]) -> str:
-    first = exported[0].item.name
+def _run_locally(exported: Sequence[Exported], samples: Mapping[str, Sample]) -> str:
+    names = list(dict.fromkeys(e.item.name for e in exported))
+    calls = "\n".join(_predict_call(name, samples.get(name)) for name in names)
     return f"""## Run it with TorchServe
 
 With TorchServe 0.12 (`pip install torchserve==0.12.0 torch-model-archiver==0.12.0`,
@@ -72,10 +81,11 @@ Java 17), from this folder:
 ```bash
 torchserve --start --model-store model-store --ts-config config/config.properties
 curl http://localhost:8081/models                      # the models and versions
-curl http://localhost:8085/predictions/{first} -H "Content-Type: application/json" \\
-     -d @input.json                                    # its default version
+{calls}
 torchserve --stop
 ```
+
+{_about_bodies(names, samples)}
 
 The addresses are KServe's (`0.0.0.0:8085` for inference, `8081` for management,
 `8082` for metrics) and token authorization is off, as KServe's runtime needs: on a
@@ -90,6 +100,37 @@ torchserve --start --model-store model-store --ts-config config/config.propertie
 
 Back into a notebook server: `jupyter serve --model-store model-store --ts-config
 config/config.properties` serves the same models, versions and settings."""
+
+
+def _predict_call(name: str, sample: Sample | None) -> str:
+    """A curl of `name`'s default version with its sample, or a JSON body to replace."""
+    if sample is None:
+        body = f"-d '{PLACEHOLDER_BODY}'   # replace with an input of {name}"
+        kind = "application/json"
+    else:
+        body, kind = f"--data-binary @{sample.path}", sample.content_type
+    return (
+        f'curl http://localhost:8085/predictions/{name} -H "Content-Type: {kind}" \\\n     {body}'
+    )
+
+
+def _about_bodies(names: Sequence[str], samples: Mapping[str, Sample]) -> str:
+    shipped = [name for name in names if name in samples]
+    missing = [name for name in names if name not in samples]
+    lines = []
+    if shipped:
+        lines.append(
+            "`samples/` holds the example request its archive ships for "
+            + ", ".join(shipped) + "."
+        )  # fmt: skip
+    if missing:
+        lines.append(
+            f"The archive of {', '.join(missing)} ships no example request, so its curl sends a "
+            "placeholder JSON body: replace it with what the handler takes. An archive with a "
+            "`sample.json` (or `sample*`/`example*`/`input*`/`request*` `.json`, `.txt`, `.jpg`, "
+            "`.png`; `--extra-files sample.json`) gets it written to `samples/` by the export."
+        )
+    return "\n".join(lines)
 
 
 def _kserve(name: str, exported: Sequence[Exported], protocol: str) -> str:
