@@ -41,6 +41,7 @@ def handler_parser() -> UsageParser:
     p.add_argument("--max-batch-delay", type=int)
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--version", default="1.0")
+    p.add_argument("--debug", action="store_true", help="Raise failures with a traceback.")
     return p
 
 

@@ -41,7 +41,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 
 from . import workspace
-from .archive import ArchiveSpec, archiver_parser, build_mar, inspect_archive
+from .archive import ArchiveListing, ArchiveSpec, archiver_parser, build_mar, inspect_archive
 from .client import (
     TOKEN_ENV,
     URL_ENV,
@@ -62,12 +62,6 @@ from .workspace import HandlerFolder
 PROGRESS_INTERVAL = 0.5  # seconds between looks at a loading model's worker output
 
 
-def fetch_logs(client: ServeClient, name: str, version: str | None, lines: int) -> list[str]:
-    path = "/".join(["logs", name, *([version] if version else [])])
-    found: list[str] = client.request_json("GET", path, params={"lines": lines})["lines"]
-    return found
-
-
 class LogFollower:
     """Prints a model's worker output lines it has not printed yet (progress while loading)."""
 
@@ -77,7 +71,7 @@ class LogFollower:
 
     def _lines(self) -> list[str]:
         try:
-            return fetch_logs(self.client, self.name, None, 1000)
+            return self.client.logs(self.name, None, 1000)
         except ServeClientError:  # not registered yet, or gone
             return []
 
@@ -103,6 +97,19 @@ def _version_taken(error: BaseException | None) -> bool:
     return isinstance(error, ServeClientError) and not upload and error.status == 409
 
 
+def taken_hint(name: str, message: str) -> str:
+    """The way out of a register's 409, from TorchServe's "Model version V is already
+    registered for model M" (registry/registry.py)."""
+    words = message.split()
+    version = words[2] if words[:2] == ["Model", "version"] and len(words) > 2 else "V"
+    major = version.split(".")[0]
+    other = f"{int(major) + 1}.0" if major.isdigit() else "2.0"
+    return (
+        f"register another version: build the archive with --version {other} (%mar build), "
+        f"or unregister this one first: %serve unregister {name} --version {version}"
+    )
+
+
 def request_body(args: argparse.Namespace) -> tuple[bytes, str]:
     """The body and content type `DATA | --file | --json` ask for."""
     if args.file:
@@ -111,6 +118,23 @@ def request_body(args: argparse.Namespace) -> tuple[bytes, str]:
         json.loads(args.json)  # refuse malformed JSON here, with a clear message
         return args.json.encode(), "application/json"
     return (args.data or "").encode(), "text/plain"
+
+
+def show_listing(listing: ArchiveListing) -> None:
+    """`%mar inspect`: the manifest, then every member's size and name."""
+    manifest = listing.manifest.to_dict() if listing.manifest else None
+    print(json.dumps(manifest, indent=2))
+    for name, size in listing.files:
+        print(f"{size:>12}  {name}")
+
+
+def syntax_error_lines(error: SyntaxError) -> str:
+    """The error at the line the editor shows: the `%%handler` line is the cell's line 1,
+    so the body's line N (what `compile` counts) is the cell's line N + 1."""
+    text = (error.text or "").rstrip("\r\n")
+    caret = " " * max((error.offset or 1) - 1, 0) + "^"
+    line = (error.lineno or 0) + 1
+    return f"SyntaxError in cell line {line}: {error.msg}\n{text}\n{caret}"
 
 
 def show_result(result: InferenceResult) -> None:
@@ -165,9 +189,7 @@ class ServeMagics(Magics):
                 extra_files=[f for f in args.extra_files.split(",") if f], version=args.version,
             )  # fmt: skip
         except SyntaxError as error:
-            caret = " " * max((error.offset or 1) - 1, 0) + "^"
-            print(f"SyntaxError in cell line {error.lineno}: {error.msg}\n{error.text or ''}")
-            print(caret)
+            print(syntax_error_lines(error))
             return
         self.folders[args.name] = folder
         try:
@@ -177,7 +199,7 @@ class ServeMagics(Magics):
             return
         print(f"Handler {args.name!r}: {entry} ({folder.path})")
         if args.serve:
-            with one_line_failures("Register", self.server_url):
+            with one_line_failures("Register", self.server_url, debug=args.debug):
                 self._serve_folder(folder, args)
 
     def server_url(self) -> str | None:
@@ -193,18 +215,18 @@ class ServeMagics(Magics):
             "max_batch_delay": args.max_batch_delay,
             "initial_workers": args.workers,
         }
-        if self._register(str(mar.resolve()), folder.name, **params) == 409:
+        if self._register(str(mar.resolve()), folder.name, **params) is not None:
             # Re-running the cell is the edit loop: the cell replaces the version it serves.
             print(f"Replacing the served {folder.name} {folder.version} with this cell...")
             self.client.unregister(folder.name, folder.version)
             self._register(str(mar.resolve()), folder.name, **params)
 
-    def _register(self, url: str, name: str, **params: Any) -> int:
+    def _register(self, url: str, name: str, **params: Any) -> ServeClientError | None:
         """Register synchronously, streaming the workers' output while they load.
 
         On failure the rest of that output (the worker's traceback) follows the error.
-        Returns the HTTP status (409: this name and version are already registered); any
-        other failure is raised.
+        Returns the 409 when this name and version are already registered, else None;
+        any other failure is raised.
         """
         follower = LogFollower(self.client, name)
         outcome: dict[str, Any] = {}
@@ -216,31 +238,36 @@ class ServeMagics(Magics):
             follower.print_new()
         follower.print_new()
         error = outcome.get("error")
-        if _version_taken(error):  # for the caller to resolve
-            return 409
+        if isinstance(error, ServeClientError) and _version_taken(error):
+            return error  # for the caller to resolve
         if error is not None:
             raise error
         result = outcome["result"]
         if "uploaded" in result:
             print(f"Uploaded {url} into the server's model store as {result['uploaded']}.")
         print(result.get("status", result))
-        return 200
+        return None
 
     @line_magic
     def mar(self, line: str) -> None:
-        """`%mar build <torch-model-archiver flags>` or `%mar inspect X.mar`."""
+        """`%mar [--debug] build <torch-model-archiver flags>` or `%mar inspect X.mar`."""
         words = shlex.split(line)
+        debug = words[:1] == ["--debug"]
+        words = words[1:] if debug else words
         if words[:1] == ["inspect"] and len(words) == 2:
-            listing = inspect_archive(words[1])
-            manifest = listing.manifest.to_dict() if listing.manifest else None
-            print(json.dumps(manifest, indent=2))
-            for name, size in listing.files:
-                print(f"{size:>12}  {name}")
+            with one_line_failures("Inspect", debug=debug):
+                show_listing(inspect_archive(words[1]))
             return
         if words[:1] != ["build"]:
-            raise UsageError("usage: %mar build <torch-model-archiver flags> | %mar inspect X")
-        parser = archiver_parser("%mar build", parser_class=UsageParser)
-        print(build_mar(ArchiveSpec.from_args(parser.parse_args(words[1:]))))
+            raise UsageError("usage: %mar [--debug] build <archiver flags> | %mar inspect X")
+        spec = ArchiveSpec.from_args(archiver_parser("%mar build", parser_class=UsageParser)
+                                     .parse_args(words[1:]))  # fmt: skip
+        with one_line_failures("Build", debug=debug):
+            export = Path(spec.export_path)
+            if not export.exists():  # the folder the archive goes to, made as `mkdir -p`
+                export.mkdir(parents=True)
+                print(f"Created the folder {spec.export_path}.")
+            print(build_mar(spec))
 
     @line_magic
     def serve(self, line: str) -> Any:
@@ -289,16 +316,17 @@ class ServeMagics(Magics):
 
     def _serve_register(self, args: argparse.Namespace) -> None:
         name = args.model_name or Path(args.url).name.split(".", 1)[0]
-        status = self._register(
+        taken = self._register(
             args.url, name, model_name=args.model_name, handler=args.handler,
             batch_size=args.batch_size, max_batch_delay=args.max_batch_delay,
             initial_workers=args.workers, overwrite=args.overwrite,
         )  # fmt: skip
-        if status == 409:
-            print(f"Register failed: {name} is already registered with that version.")
+        if taken is not None:
+            taken.hint = taken_hint(name, taken.message)
+            raise taken
 
     def _serve_logs(self, args: argparse.Namespace) -> None:
-        found = fetch_logs(self.client, args.name, args.version, args.lines)
+        found = self.client.logs(args.name, args.version, args.lines)
         print("\n".join(found) if found else "(no worker output)")
 
     def _serve_scale(self, args: argparse.Namespace) -> None:

@@ -15,6 +15,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from magic_shell import magic_shell
 
 from jupyter_serve.archive import inspect_archive
+from jupyter_serve.errors import ArchiveError
 from jupyter_serve.workspace import TryResult
 
 ECHO = """
@@ -110,7 +111,12 @@ def test_syntax_error_is_reported_with_the_cells_line_number(
 ) -> None:
     shell.run_cell_magic("handler", "broken", "x = 1\ndef handle(data, context)\n    pass\n")
     out = capsys.readouterr().out
-    assert "SyntaxError in cell line 2" in out
+    # The editor numbers the `%%handler` line 1: the body's second line is the cell's third.
+    assert out == (
+        "SyntaxError in cell line 3: expected ':'\n"
+        "def handle(data, context)\n"
+        "                         ^\n"
+    )
     assert not (tmp_path / "jupyter_serve_work" / "broken").exists()
 
 
@@ -141,6 +147,32 @@ def test_unresolvable_handler_is_explained_and_class_picks_one(
     shell.run_cell_magic("handler", "two --class B", source)
     assert "class B in handler.py" in capsys.readouterr().out
     assert shell.run_line_magic("serve", "try two x").result.body == b"B"
+
+
+def test_mar_failures_are_one_line_and_a_missing_export_path_is_made(
+    shell: InteractiveShell, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "h.py").write_text(ECHO)
+    flags = "--model-name m -v 1.0 --handler h.py"
+    assert shell.run_line_magic("mar", f"build {flags} --export-path ms/new") is None
+    assert capsys.readouterr().out == "Created the folder ms/new.\nms/new/m.mar\n"
+    (tmp_path / "afile").write_text("")
+    shell.run_line_magic("mar", f"build {flags} --export-path afile")
+    shell.run_line_magic("mar", f"build {flags} --export-path ms/new")
+    shell.run_line_magic("mar", "build --model-name m -v 1.0 --handler nope.py")
+    shell.run_line_magic("mar", "inspect nope.mar")
+    shown = capsys.readouterr()
+    assert shown.err == ""
+    assert shown.out.splitlines() == [
+        "Build failed: Given export-path afile is not a directory. "
+        "Point to a valid export-path directory.",
+        "Build failed: ms/new/m.mar already exists. Please specify --force/-f option to "
+        "overwrite the model archive output file. See -h/--help for more details.",
+        "Build failed: [Errno 2] No such file or directory: 'nope.py'",
+        "Inspect failed: [Errno 2] No such file or directory: 'nope.mar'",
+    ]
+    with pytest.raises(ArchiveError, match="is not a directory"):
+        shell.run_line_magic("mar", f"--debug build {flags} --export-path afile")
 
 
 def test_try_of_an_unknown_handler_is_a_usage_error(shell: InteractiveShell) -> None:

@@ -18,7 +18,8 @@ from IPython.core.interactiveshell import InteractiveShell
 from magic_shell import magic_shell, point_at
 from route_models import PROBE, register, serve_state, server_config
 
-from jupyter_serve.client import ServeClientError, ServerInfo
+from jupyter_serve.client import ServeClient, ServeClientError, ServerInfo
+from jupyter_serve.failures import TOKEN_HINT
 
 
 @pytest.fixture
@@ -92,6 +93,7 @@ async def test_refused_and_unreachable_servers_are_one_line(
     for line in ("list", "predict probe hi", "unregister probe", "keys list"):
         refused = await one_line(shell, line, capsys)
         assert " failed: HTTP 403 " in refused, refused
+        assert refused.endswith(f" ({TOKEN_HINT})"), refused
     gone = ServerInfo("http://127.0.0.1:9/")  # the discard port: nobody listens
     point_at(shell, gone)
     for line in ("list", "describe probe", "register nope.mar", "keys create"):
@@ -158,3 +160,45 @@ async def test_register_of_a_kernel_path_uploads_it_into_the_model_store(
     await serve("register ms/probe.mar --workers 0 --overwrite")
     assert "registered with 0 initial workers" in capsys.readouterr().out
     assert (store / "probe.mar").read_bytes() == Path("ms/probe.mar").read_bytes()
+
+
+async def test_a_mistyped_model_name_gets_the_close_names_of_the_served_models(
+    shell: InteractiveShell, jp_serverapp: Any, server: ServerInfo,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    await register(jp_serverapp, "mnistnb", workers=0)
+    await register(jp_serverapp, "squares", workers=0)
+    predicted = await one_line(shell, "predict mnsitnb hi", capsys)
+    assert predicted == "Predict failed: HTTP 404 Model not found: mnsitnb (did you mean mnistnb?)"
+    for line in ("explain mnsitnb hi", "describe mnistn", "scale mnistnbb --min 1",
+                 "unregister mnistnb_", "logs mnsitnb"):  # fmt: skip
+        said = await one_line(shell, line, capsys)
+        assert said.endswith("(did you mean mnistnb?)"), said
+    close = await one_line(shell, "describe sqaures", capsys)
+    assert close.endswith("(did you mean squares?)"), close
+    far = await one_line(shell, "predict resnet hi", capsys)
+    assert far == "Predict failed: HTTP 404 Model not found: resnet"
+    version = await one_line(shell, "describe mnistnb --version 9.0", capsys)
+    assert "did you mean" not in version
+    with pytest.raises(ServeClientError) as caught:  # the Python client says it too
+        await asyncio.to_thread(ServeClient(server).predict, "mnsitnb", "hi")
+    assert str(caught.value).endswith("Model not found: mnsitnb (did you mean mnistnb?)")
+
+
+async def test_registering_a_version_twice_says_what_to_do(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    build(shell, "")
+    await asyncio.to_thread(shell.run_line_magic, "serve", "register ms/probe.mar --workers 0")
+    assert "registered with 0 initial workers" in capsys.readouterr().out
+    again = await one_line(shell, "register ms/probe.mar --workers 0", capsys)
+    assert again == (
+        "Register failed: HTTP 409 Model version 1.0 is already registered for model probe "
+        "(register another version: build the archive with --version 2.0 (%mar build), "
+        "or unregister this one first: %serve unregister probe --version 1.0)"
+    )
+    with pytest.raises(ServeClientError) as caught:
+        await asyncio.to_thread(
+            shell.run_line_magic, "serve", "--debug register ms/probe.mar --workers 0"
+        )
+    assert caught.value.status == 409
