@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from serve_process import ServeProcess, alive, jupyter_command
+from serve_process import TOKEN, ServeProcess, alive, jupyter_command
 
 from jupyter_serve.cli import parser, server_argv
 
@@ -89,3 +89,25 @@ def test_help_lists_the_torchserve_flags_and_help_all_the_serveapp_traits() -> N
     full = subprocess.run([*command, "--help-all"], capture_output=True, text=True, check=True)
     assert "--ServeApp.ts_config=<Unicode>" in full.stdout
     assert "--ServeApp.load_models=<list-item-1>" in full.stdout
+
+
+def test_scripts_start_installs_notebook_7_and_its_tree_answers(tmp_path: Path) -> None:
+    """The README says the panel works in Notebook 7: `scripts/start` installs the `lab`
+    extra, which must bring `notebook` 7, and `jupyter serve` then answers `/tree`."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: pytest's own dependency
+        import tomli as tomllib  # type: ignore[no-redef]
+
+    root = Path(__file__).resolve().parent.parent
+    assert '-e ".[lab]"' in (root / "scripts" / "start").read_text()
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    assert "notebook>=7,<8" in project["optional-dependencies"]["lab"]
+    server = ServeProcess(tmp_path)
+    try:
+        server.start()
+        tree = httpx.get(f"{server.url}tree", headers={"Authorization": f"token {TOKEN}"})
+        assert tree.status_code == 200
+        assert "<title>Home</title>" in tree.text  # Notebook 7's file browser
+    finally:
+        server.kill()
