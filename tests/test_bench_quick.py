@@ -1,5 +1,5 @@
-"""The benchmark's CI smoke checks: `bench/run.py --quick --no-torchserve` and `--memory
---no-torchserve` complete and report.
+"""The benchmark's CI smoke checks: `bench/run.py --quick --no-torchserve`, `--memory
+--no-torchserve` and `--stall` complete and report.
 
 No thresholds: it checks that every jupyter_serve point ran with zero errors,
 that the ratios the issues name are all present (TorchServe's null without it),
@@ -112,6 +112,29 @@ def test_memory_run_without_torchserve_measures_every_step(tmp_path: Path) -> No
     markdown = out.with_suffix(".md").read_text()
     assert "## Memory (PSS from /proc/PID/smaps_rollup, MiB)" in markdown
     assert "## Serving points" not in markdown
+    assert leftovers(tmp_path) == []
+
+
+def test_stall_probe_sends_every_case_to_both_servers_and_reports(tmp_path: Path) -> None:
+    """Every worst case is answered by jupyter_serve with the answer issue 22 asks for
+    (no threshold on the figures: those are the benchmark's, not the test's)."""
+    out = tmp_path / "stall.json"
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    argv = [sys.executable, str(BENCH / "run.py"), "--stall", "--out", str(out)]
+    subprocess.run(argv, check=True, env=env, cwd=tmp_path, capture_output=True, timeout=600)
+    results = json.loads(out.read_text())
+    serve, bare = results["stall"]["jupyter_serve"], results["stall"]["jupyter_server"]
+    answers = {case: record["answers"] for case, record in serve.items()}
+    assert answers == {
+        "v2_shape_amplification": [400], "v2_binary_bool_x6": [413], "v2_json_6mb": [200],
+        "v1_instances_500k": [503], "v1_instances_6mb": [503], "worker_logs": [200],
+        "bare_lf": [200],
+    }  # fmt: skip
+    assert set(bare) == set(serve)
+    assert all(record["status_max_ms"] > 0 for record in (*serve.values(), *bare.values()))
+    summary = results["stall_summary"]
+    assert results["ratios"]["stall_ms_worst"] == max(summary["stall_ms"].values())
+    assert "## Stall probe" in out.with_suffix(".md").read_text()
     assert leftovers(tmp_path) == []
 
 
