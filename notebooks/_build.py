@@ -12,6 +12,12 @@ The `.ipynb` files are written without outputs and with stable cell ids (the
 first tag, else a hash of the cell's text), so an edited source gives a small
 notebook diff. Cells tagged `check-*` are the ones tests/test_notebooks.py
 asserts on: keep those tags when editing.
+
+The committed notebooks stay output-free (tests/test_notebooks.py checks that they are
+exactly what this script writes). Running a tour and saving it (File > Save, or
+JupyterLab's autosave) stores its outputs in the tracked file: `git restore notebooks/`,
+or running this script, brings the clean file back. A tour's clean-up, when it has one
+that would leave nothing to look at, is Markdown to copy, not a cell "Run All" runs.
 """
 
 from __future__ import annotations
