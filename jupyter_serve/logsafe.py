@@ -3,7 +3,8 @@
 jupyter_server scrubs its own access log: a query argument whose name contains
 `token`, `auth`, `key`, `code`, `state` or `xsrf` shows as `[secret]`. The serve
 routes' own lines (a refused request, a failed prediction) apply the same rule with
-`scrub_uri`, so `?token=...` never reaches a log beside the access line that hides it.
+`scrub_uri`, so `?token=...` never reaches a log beside the access line that hides it;
+`hide_secrets` is the same rule for a url handed on (a `Referer` a handler sees).
 
 Names a client chooses (a model name, a path segment, a version) arrive
 percent-decoded and may carry newlines, ESC sequences or bidirectional overrides
@@ -40,10 +41,16 @@ def _escaped(char: str) -> str:
 
 def scrub_uri(uri: str) -> str:
     """`uri` with every credential-looking query value replaced by `[secret]`, printable."""
-    path, mark, query = uri.partition("?")
+    return printable(hide_secrets(uri))
+
+
+def hide_secrets(url: str) -> str:
+    """`url` with every credential-looking query value replaced by `[secret]` (a browser's
+    `Referer` carries the page's `?token=` to every request it makes)."""
+    path, mark, query = url.partition("?")
     if mark:
         query = "&".join(_scrubbed(part) for part in query.split("&"))
-    return printable(path + mark + query)
+    return path + mark + query
 
 
 def _scrubbed(part: str) -> str:

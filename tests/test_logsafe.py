@@ -17,6 +17,10 @@ from jupyter_serve.logsafe import printable, scrub_uri
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
 SEEN = {"Content-Type": "application/json", "X-Mode": "seen"}
+REFERER = """
+def handle(data, context):
+    return [context.get_request_header(0, "Referer")] if data else None
+"""
 
 
 def test_scrub_uri_hides_what_jupyter_server_hides_in_its_access_log() -> None:
@@ -129,3 +133,15 @@ def test_worker_lines_reach_the_server_log_escaped(caplog: pytest.LogCaptureFixt
         log.emit("w1", "input: \x1b[2J\x1b[31mFAKE ERROR\r")
     assert caplog.messages == ["[echo/w1] input: \\x1b[2J\\x1b[31mFAKE ERROR\\r"]
     assert log.recent()[-1].endswith("input: \x1b[2J\x1b[31mFAKE ERROR\r")  # kept as printed
+
+
+async def test_a_referer_reaches_the_handler_without_the_pages_token(
+    jp_fetch: Fetch, jp_serverapp: Any
+) -> None:
+    """A browser sends the page's url (JupyterLab opened with `?token=`) as `Referer`."""
+    await register(jp_serverapp, "headers", source=REFERER)
+    token = jp_serverapp.identity_provider.token
+    page = f"http://localhost:8888/lab?token={token}&reset"
+    answer = await jp_fetch("serve", "predictions", "headers", method="POST", body=b"x",
+                            headers={"Referer": page})  # fmt: skip
+    assert answer.body == b"http://localhost:8888/lab?token=[secret]&reset"

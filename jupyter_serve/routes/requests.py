@@ -14,7 +14,8 @@ Except Jupyter's own credentials: `Authorization` (the token or an inference key
 `Cookie` (the login cookie) and the XSRF token headers tornado reads (`X-XSRFToken`,
 `X-CSRFToken`) never reach handler code
 (`handler_headers`), which must not be able to act as the user who called it, nor
-does a client's `X-Jupyter-Serve-Kserve` (the server's own word to the worker); nor do
+does a client's `X-Jupyter-Serve-Kserve` (the server's own word to the worker), nor a
+`Referer`'s `?token=` (its credential-looking query values show as `[secret]`); nor do
 the arguments jupyter_server reads credentials from, `token` and `_xsrf`, whether
 they come as form fields or (on the routes that forward the query) query arguments
 (`handler_arguments`).
@@ -27,6 +28,7 @@ import secrets
 
 from tornado.httputil import HTTPServerRequest
 
+from ..logsafe import hide_secrets
 from ..protocol import KSERVE_HEADER, InferenceRequest, Parameter
 
 FORM_TYPES = ("multipart/form-data", "application/x-www-form-urlencoded")
@@ -81,9 +83,10 @@ def raw_body_request(
 
 
 def handler_headers(request: HTTPServerRequest) -> dict[str, str]:
-    """The request's headers a handler may see: all but Jupyter's credentials."""
+    """The request's headers a handler may see: all but Jupyter's credentials, and a
+    `Referer` (the browser's page url, `?token=` and all) with its secrets hidden."""
     return {
-        name: value
+        name: hide_secrets(value) if name.lower() == "referer" else value
         for name, value in request.headers.get_all()
         if name.lower() not in NOT_FORWARDED
     }
