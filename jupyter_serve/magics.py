@@ -2,8 +2,9 @@
 
     %%handler NAME [--class C | --function F] [--model-file F] [--serialized-file F]
                    [--extra-files A,B] [--serve] [--batch-size N]
-                   [--max-batch-delay MS] [--workers N] [--version V]
-    %mar build <torch-model-archiver flags>      %mar inspect X.mar
+                   [--max-batch-delay MS] [--workers N] [--version V] [--debug]
+    %mar [--debug] build <torch-model-archiver flags>   %mar inspect X.mar
+                   (a missing --export-path folder is made)
     %serve connect URL [--token T]               %serve try NAME [DATA | --file F | --json J]
     %serve register URL [--model-name N] [--batch-size N] [--max-batch-delay MS]
                         [--workers N] [--handler H] [--overwrite]
@@ -21,8 +22,8 @@ variables are NOT visible to it (workers are separate processes).
 
 `%serve register PATH` takes this kernel's files: an archive the server cannot read
 where it is gets uploaded into its model store first (`--overwrite` replaces one of
-the same name there). A failure prints one line (`failures.py`); `%serve --debug ...`
-shows the traceback instead.
+the same name there). A failure prints one line with what to do (`failures.py`);
+`%serve --debug ...`, `%mar --debug ...` and `%%handler ... --debug` raise it instead.
 
 The magics' argument parsers are in magic_parsers.py.
 """
