@@ -55,6 +55,8 @@ async def test_a_served_model_with_its_worker_and_figures(
     assert before["status"] == "healthy"
     assert before["workerCounts"] == {"target": 1, "ready": 1, "starting": 0, "failed": 0}
     assert [w["device"] for w in before["workers"]] == ["cpu"]
+    (worker,) = before["workers"]
+    assert 0 < worker["memoryOwn"] <= worker["memoryUsage"]  # its share of shared pages
     assert before["batchSize"] == 4
     assert before["requests"] == 0
     assert before["latencyMs"] == {"p50": None, "p99": None}

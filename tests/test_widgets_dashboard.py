@@ -81,6 +81,25 @@ def test_a_serving_model_shows_workers_queue_and_live_figures() -> None:
     assert card.workers_input.value == 2
 
 
+def test_memory_is_the_workers_own_share_with_what_it_counts_on_hover() -> None:
+    forked = WorkerView("9002", "READY", pid=4244, memory_bytes=190 * 2**20,
+                        own_memory_bytes=11 * 2**20)  # fmt: skip
+    workers = card_of(render_snapshot(snapshot(model(workers=(forked, READY))))).workers.value
+    assert ">11 MiB</td>" in workers  # what one more forked worker costs
+    assert 'title="resident size (RSS): 190 MiB"' in workers
+    assert "its share of the pages it shares with the worker factory" in workers  # the header
+    assert (
+        '<td style="padding:1px 8px;text-align:left" title="resident size (RSS)">300 MiB' in workers
+    )
+
+
+def test_the_sparklines_say_what_they_plot_its_last_value_and_range() -> None:
+    stats = card_of(render_snapshot(snapshot(model()))).stats.value
+    assert "throughput: 12.50 req/s (range 1.00 to 12.50)" in stats
+    assert "p50: 4.0 ms (range 3.0 to 4.0)" in stats
+    assert "<title>throughput: last 2 polls</title>" in stats
+
+
 def test_the_default_version_is_marked() -> None:
     dashboard = render_snapshot(snapshot(model(is_default=True)))
     assert "version 1.0 (default) · Healthy" in card_of(dashboard).header.value

@@ -63,6 +63,10 @@ class FakeClient:
         self.described: list[tuple[str, str | None]] = []
 
     def request_json(self, method: str, path: str, **kwargs: Any) -> Any:
+        if path == "summary":  # TorchServe has no such route
+            raise ServeClientError(
+                404, "ResourceNotFoundException", "Requested resource is not found"
+            )
         token = kwargs["params"]["next_page_token"]
         self.pages.append(token)
         if token == "0":
@@ -192,7 +196,14 @@ async def test_a_real_server_with_a_real_worker(jp_serverapp: Any, client: Serve
     for body in ("one", "two"):
         await asyncio.to_thread(client.predict, "probe", body)
     second = await asyncio.to_thread(fetch_snapshot, client, first)
+    panel = await asyncio.to_thread(client.request_json, "GET", "summary")  # what the panel shows
     (model,) = second.models
+    (row,) = panel["models"]
+    trend = second.trends[model.key]
+    assert trend.throughput_rps == row["throughputRps"]  # the same figures, the same window
+    assert (trend.batch_fill, trend.p50_ms) == (row["batchFill"], row["latencyMs"]["p50"])
+    worker = model.workers[0]
+    assert 0 < worker.own_memory_bytes <= worker.memory_bytes  # its own share, not RSS
     assert model.key == ("probe", "1.0")
     assert [w.status for w in model.workers] == ["READY"]
     assert model.workers[0].pid > 0
@@ -206,3 +217,43 @@ async def test_a_real_server_with_a_real_worker(jp_serverapp: Any, client: Serve
     answer = await asyncio.to_thread(ClientActions(client).unregister, "probe", "1.0")
     assert answer == 'Model "probe" unregistered'
     assert (await asyncio.to_thread(fetch_snapshot, client)).models == ()
+
+
+def test_a_server_with_a_summary_is_read_from_it_alone() -> None:
+    """jupyter_serve's `GET summary`: one request, the panel's figures and own memory."""
+    summary = {
+        "models": [{
+            "modelName": "m", "modelVersion": "2", "isDefault": True,
+            "torchserveStatus": "Healthy", "minWorkers": 1, "maxWorkers": 2, "batchSize": 8,
+            "workers": [{"id": "9000", "status": "READY", "device": "cpu", "pid": 7,
+                         "memoryUsage": 190 << 20, "memoryOwn": 11 << 20, "gpuUsage": None}],
+            "queue": {"pending": 3, "remainingCapacity": 97}, "requests": 40,
+            "throughputRps": 1.07, "latencyMs": {"p50": 2.5, "p99": 9.0}, "batchFill": 0.13,
+        }],
+        "totals": {"requests": {"2XX": 40, "4XX": 1, "5XX": 0}},
+    }  # fmt: skip
+
+    class Summarized:
+        asked: list[str] = []
+
+        def request_json(self, method: str, path: str, **kwargs: Any) -> Any:
+            self.asked.append(path)
+            return summary
+
+        def request(self, *args: Any, **kwargs: Any) -> Any:
+            raise AssertionError("the summary carries the metrics")
+
+        def describe(self, *args: Any, **kwargs: Any) -> Any:
+            raise AssertionError("the summary carries every version")
+
+    client = Summarized()
+    snapshot = fetch_snapshot(client, clock=lambda: 1.0)
+    (model,) = snapshot.models
+    assert client.asked == ["summary"]
+    assert (model.key, model.is_default, model.status, model.pending) == (("m", "2"), True,
+                                                                          "Healthy", 3)  # fmt: skip
+    (worker,) = model.workers
+    assert (worker.own_memory_bytes, worker.memory_bytes) == (11 << 20, 190 << 20)
+    trend = snapshot.trends[model.key]
+    assert (trend.throughput_rps, trend.batch_fill, trend.p99_ms) == (1.07, 0.13, 9.0)
+    assert snapshot.responses == {"2XX": 40, "4XX": 1, "5XX": 0}

@@ -9,12 +9,17 @@ route answers what the panel shows in one request, read from the registry and
     {"models": [{"modelName", "modelVersion", "isDefault", "status",
                  "torchserveStatus", "minWorkers", "maxWorkers", "batchSize",
                  "maxBatchDelay", "deviceType", "workers": [{"id", "status",
-                 "device", "pid", "memoryUsage"}], "workerCounts": {"target",
-                 "ready", "starting", "failed"}, "queue": {"pending",
-                 "remainingCapacity"}, "requests", "throughputRps",
-                 "latencyMs": {"p50", "p99"}, "batchFill"}, ...],
+                 "device", "pid", "memoryUsage", "memoryOwn", "gpuUsage"}],
+                 "workerCounts": {"target", "ready", "starting", "failed"},
+                 "queue": {"pending", "remainingCapacity"}, "requests",
+                 "throughputRps", "latencyMs": {"p50", "p99"}, "batchFill"}, ...],
      "totals": {"models", "versions", "workersReady", "throughputRps",
                 "requests": {"2XX", "4XX", "5XX"}}}
+
+A worker's `memoryUsage` is describe's (resident size, as TorchServe reports it);
+`memoryOwn` is its own share (proportional set size, `pool/stats.py`): what one more
+worker costs. The panel and the notebook dashboard (`widgets/`) both read this
+answer, so they show the same figures at the same moment.
 
 `status` is the panel's word for a version: ``healthy`` (every wanted worker
 ready), ``loading`` (workers still starting), ``degraded`` (some serving, some
@@ -28,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from ..pool.stats import pss_bytes
 from ..registry import Model
 from ..registry.describe import model_status
 from .access import READ, allow
@@ -53,12 +59,15 @@ def version_status(target: int, ready: int, starting: int, failed: int) -> str:
 
 
 def _worker(entry: Mapping[str, Any]) -> dict[str, Any]:
+    pid = entry.get("pid")
     return {
         "id": entry.get("id"),
         "status": entry.get("status"),
         "device": "gpu" if entry.get("gpu") else "cpu",
-        "pid": entry.get("pid"),
+        "pid": pid,
         "memoryUsage": entry.get("memoryUsage"),
+        "memoryOwn": pss_bytes(pid) if isinstance(pid, int) and pid > 0 else 0,
+        "gpuUsage": entry.get("gpuUsage"),
     }
 
 

@@ -1,7 +1,7 @@
 """Notebook widgets: the live model dashboard and the explanation viewer.
 
 - `ModelDashboard(client)`: models, workers, queue and live figures of a server,
-  polled on the kernel's event loop (`dashboard`, `poller`, `snapshot`, `trends`,
+  polled on the kernel's event loop (`dashboard`, `poller`, `fetch`, `snapshot`, `trends`,
   `render`, `prometheus`);
 - `show_explanation(explanation, ...)`: `/explanations` output as a heatmap,
   coloured tokens or bars (`explanations`, `plots`).
@@ -26,7 +26,7 @@ __all__ = [
 
 _HOMES = {
     "DashboardSnapshot": "snapshot",
-    "fetch_snapshot": "snapshot",
+    "fetch_snapshot": "fetch",
     "ModelDashboard": "dashboard",
     "render_snapshot": "dashboard",
     "Poller": "poller",

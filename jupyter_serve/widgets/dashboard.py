@@ -20,8 +20,9 @@ import ipywidgets as w
 
 from ..client import ServeClient, ServeClientError
 from . import render
+from .fetch import fetch_snapshot
 from .poller import Poller
-from .snapshot import DashboardSnapshot, ModelKey, ModelView, Trend, fetch_snapshot
+from .snapshot import DashboardSnapshot, ModelKey, ModelView, Trend
 
 __all__ = ["Actions", "ClientActions", "ModelCard", "ModelDashboard", "render_snapshot"]
 

@@ -36,20 +36,40 @@ def signed_colour(value: float, scale: float) -> tuple[tuple[int, int, int], flo
 
 
 def sparkline_svg(
-    values: Sequence[float], *, width: int = 160, height: int = 32, title: str = ""
+    values: Sequence[float],
+    *,
+    width: int = 160,
+    height: int = 32,
+    title: str = "",
+    unit: str = "",
+    digits: int = 1,
 ) -> str:
-    """A polyline of `values` scaled to the box, the last value marked with a dot."""
-    head = f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}">'
-    tip = f"<title>{html.escape(title)}</title>" if title else ""
+    """A polyline of `values` scaled to the box, the last value marked with a dot. With a
+    `title`, a caption above the plot says what it shows, its last value and its range
+    (in `unit`), and hovering it says over how many polls."""
+    caption = 12 if title else 0
+    head = f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height + caption}">'
     if not values:
-        return f'{head}{tip}<text x="2" y="{height - 4}" font-size="10">no data</text></svg>'
-    points = _points(values, width, height)
+        empty = f'<text x="2" y="{height + caption - 4}" font-size="10">no data</text>'
+        return (
+            f"{head}{_caption(title, 'waiting for the first polls') if title else ''}{empty}</svg>"
+        )
+    low, high, last = min(values), max(values), values[-1]
+    tip = f"<title>{html.escape(f'{title}: last {len(values)} polls')}</title>" if title else ""
+    figures = f"{last:.{digits}f} {unit} (range {low:.{digits}f} to {high:.{digits}f})".strip()
+    label = _caption(title, figures) if title else ""
+    points = [(x, y + caption) for x, y in _points(values, width, height)]
     line = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
     x, y = points[-1]
     return (
-        f'{head}{tip}<polyline fill="none" stroke="{_LINE}" stroke-width="1.5" points="{line}"/>'
-        f'<circle cx="{x:.1f}" cy="{y:.1f}" r="2" fill="{_LINE}"/></svg>'
+        f'{head}{tip}{label}<polyline fill="none" stroke="{_LINE}" stroke-width="1.5" '
+        f'points="{line}"/><circle cx="{x:.1f}" cy="{y:.1f}" r="2" fill="{_LINE}"/></svg>'
     )
+
+
+def _caption(title: str, figures: str) -> str:
+    text = html.escape(f"{title}: {figures}")
+    return f'<text x="2" y="10" font-size="10" fill="#555">{text}</text>'
 
 
 def _points(values: Sequence[float], width: int, height: int) -> list[tuple[float, float]]:

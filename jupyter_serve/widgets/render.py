@@ -26,6 +26,13 @@ __all__ = [
 LOADING = "loading…"
 UNREACHABLE = "server unreachable"
 _CELL = 'style="padding:1px 8px;text-align:left"'
+SPARK_WIDTH = 220
+OWN_MEMORY = (
+    "The worker's own memory: its private pages plus its share of the pages it shares "
+    "with the worker factory and the other workers (torch, mapped weights), as the "
+    "JupyterLab panel shows it (PSS). Hover a value for its resident size (RSS), which "
+    "counts the shared pages in full."
+)
 
 
 def banner_html(snapshot: DashboardSnapshot) -> str:
@@ -74,7 +81,7 @@ def workers_html(model: ModelView) -> str:
     if not model.workers:
         return '<div class="jupyter-serve-workers"><i>no workers</i></div>'
     head = "".join(
-        f"<th {_CELL}>{name}</th>"
+        f"<th {_CELL}{_tip(name)}>{name}</th>"
         for name in ("worker", "state", "pid", "device", "memory", "GPU use")
     )
     rows = "".join(_worker_row(worker) for worker in model.workers)
@@ -83,9 +90,23 @@ def workers_html(model: ModelView) -> str:
 
 def _worker_row(worker: WorkerView) -> str:
     pid = worker.pid if worker.pid >= 0 else "—"
-    cells = (worker.id, worker.status, pid, worker.device, _mib(worker.memory_bytes))
-    text = (*cells, worker.gpu_usage or "—")
-    return "<tr>" + "".join(f"<td {_CELL}>{html.escape(str(cell))}</td>" for cell in text) + "</tr>"
+    cells = (worker.id, worker.status, pid, worker.device)
+    plain = "".join(f"<td {_CELL}>{html.escape(str(cell))}</td>" for cell in cells)
+    gpu = html.escape(worker.gpu_usage or "—")
+    return f"<tr>{plain}{_memory_cell(worker)}<td {_CELL}>{gpu}</td></tr>"
+
+
+def _memory_cell(worker: WorkerView) -> str:
+    """The worker's own memory (PSS) with its resident size on hover; RSS alone when the
+    server does not say (TorchServe)."""
+    if worker.own_memory_bytes <= 0:
+        return f'<td {_CELL} title="resident size (RSS)">{_mib(worker.memory_bytes)}</td>'
+    rss = html.escape(f"resident size (RSS): {_mib(worker.memory_bytes)}")
+    return f'<td {_CELL} title="{rss}">{_mib(worker.own_memory_bytes)}</td>'
+
+
+def _tip(column: str) -> str:
+    return f' title="{html.escape(OWN_MEMORY)}"' if column == "memory" else ""
 
 
 def stats_html(model: ModelView, trend: Trend) -> str:
@@ -98,9 +119,9 @@ def stats_html(model: ModelView, trend: Trend) -> str:
         ("batch fill", _percent(trend.batch_fill)),
     )
     cells = " · ".join(f"{name} <b>{value}</b>" for name, value in figures)
-    plots = sparkline_svg(trend.throughput_history, title="throughput (req/s)") + sparkline_svg(
-        trend.latency_history, title="latency (ms)"
-    )
+    plots = sparkline_svg(
+        trend.throughput_history, width=SPARK_WIDTH, title="throughput", unit="req/s", digits=2
+    ) + sparkline_svg(trend.latency_history, width=SPARK_WIDTH, title="p50", unit="ms")
     return f'<div class="jupyter-serve-stats">{cells}</div><div>{plots}</div>'
 
 

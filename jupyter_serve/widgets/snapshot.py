@@ -1,4 +1,4 @@
-"""The dashboard's data: `DashboardSnapshot` and `fetch_snapshot(client)` that builds one.
+"""The dashboard's data (`DashboardSnapshot`) and its readers of TorchServe's routes.
 
 A snapshot is plain frozen data read from TorchServe's own routes, so the
 dashboard works against TorchServe as well as jupyter_serve:
@@ -11,6 +11,9 @@ dashboard works against TorchServe as well as jupyter_serve:
   Prometheus text, read for the counters `ts_inference_requests_total`,
   `ts_inference_latency_microseconds` and `Requests2XX/4XX/5XX`.
 
+jupyter_serve's own `GET summary` carries all of this in one answer (`fetch.py` reads
+it first; these readers are for a server without it).
+
 Requests that name no version are labelled `model_version="default"` (as
 TorchServe does); they are credited to the model's default version, which is
 the only version or the one `GET models/{name}` describes.
@@ -22,7 +25,6 @@ the dashboard shows its text. Nothing here imports ipywidgets.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
@@ -39,10 +41,14 @@ __all__ = [
     "Totals",
     "Trend",
     "WorkerView",
-    "fetch_snapshot",
+    "add_totals",
+    "describe_versions",
     "fold_default",
+    "model_names",
     "model_view",
     "parse_metrics",
+    "to_float",
+    "to_int",
 ]
 
 ModelKey = tuple[str, str]
@@ -70,8 +76,9 @@ class WorkerView:
     status: str
     pid: int = -1
     device: str = "cpu"
-    memory_bytes: int = 0
+    memory_bytes: int = 0  # resident size (describe's memoryUsage)
     gpu_usage: str = ""
+    own_memory_bytes: int = 0  # its own share (PSS: jupyter_serve's summary), 0 if unknown
 
     @property
     def ready(self) -> bool:
@@ -155,30 +162,7 @@ class DashboardSnapshot:
         return replace(self, unreachable=reason)
 
 
-def fetch_snapshot(
-    client: SnapshotSource,
-    previous: DashboardSnapshot | None = None,
-    *,
-    clock: Callable[[], float] = time.monotonic,
-) -> DashboardSnapshot:
-    """Read the server's models and metrics; trends are derived against `previous`.
-
-    Raises:
-        OSError: the server cannot be reached (urllib's `URLError` is one).
-        ServeClientError: the server answered an error to `GET models` or `GET metrics`.
-    """
-    from .trends import advance
-
-    models = tuple(view for name in _model_names(client) for view in _describe(client, name))
-    metrics = client.request("GET", "metrics", params={"format": "json"}).body
-    totals, stats, responses = parse_metrics(metrics)
-    totals = fold_default(totals, models, _add_totals)
-    stats = fold_default(stats, models, lambda a, b: max(a, b, key=lambda s: s.requests))
-    current = DashboardSnapshot(clock(), models, totals, stats, responses)
-    return advance(previous, current)
-
-
-def _model_names(client: SnapshotSource) -> list[str]:
+def model_names(client: SnapshotSource) -> list[str]:
     names: list[str] = []
     token: str | None = "0"
     for _ in range(_MAX_PAGES):
@@ -190,7 +174,7 @@ def _model_names(client: SnapshotSource) -> list[str]:
     return names
 
 
-def _describe(client: SnapshotSource, name: str) -> list[ModelView]:
+def describe_versions(client: SnapshotSource, name: str) -> list[ModelView]:
     try:
         entries = client.describe(name, "all")
     except ServeClientError as error:
@@ -231,7 +215,7 @@ def fold_default(
     return folded
 
 
-def _add_totals(a: Totals, b: Totals) -> Totals:
+def add_totals(a: Totals, b: Totals) -> Totals:
     return Totals(a.requests + b.requests, a.latency_us + b.latency_us)
 
 
@@ -239,17 +223,17 @@ def model_view(entry: Mapping[str, Any]) -> ModelView:
     """A `ModelView` from one element of TorchServe's describe-model array."""
     queue = entry.get("jobQueueStatus") or {}
     workers = tuple(_worker(w) for w in entry.get("workers") or [] if isinstance(w, dict))
-    min_workers = _int(entry.get("minWorkers"))
+    min_workers = to_int(entry.get("minWorkers"))
     return ModelView(
         name=str(entry.get("modelName", "")),
         version=str(entry.get("modelVersion") or "default"),
         status=str(entry.get("status") or _health(workers, min_workers)),
         min_workers=min_workers,
-        max_workers=_int(entry.get("maxWorkers")),
-        batch_size=_int(entry.get("batchSize"), 1),
+        max_workers=to_int(entry.get("maxWorkers")),
+        batch_size=to_int(entry.get("batchSize"), 1),
         workers=workers,
-        pending=_int(queue.get("pendingRequests")),
-        remaining_capacity=_int(queue.get("remainingCapacity")),
+        pending=to_int(queue.get("pendingRequests")),
+        remaining_capacity=to_int(queue.get("remainingCapacity")),
         error=_error(entry),
     )
 
@@ -267,9 +251,9 @@ def _worker(entry: Mapping[str, Any]) -> WorkerView:
     return WorkerView(
         id=str(entry.get("id", "")),
         status=str(entry.get("status", "")),
-        pid=_int(entry.get("pid"), -1),
+        pid=to_int(entry.get("pid"), -1),
         device="gpu" if entry.get("gpu") else "cpu",
-        memory_bytes=_int(entry.get("memoryUsage")),
+        memory_bytes=to_int(entry.get("memoryUsage")),
         gpu_usage=str(entry.get("gpuUsage") or ""),
     )
 
@@ -282,7 +266,7 @@ def _error(entry: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _int(value: Any, default: int = 0) -> int:
+def to_int(value: Any, default: int = 0) -> int:
     try:
         return int(value)
     except (TypeError, ValueError):
@@ -327,20 +311,29 @@ def _from_json(data: Mapping[str, Any]) -> Parsed:
             key = (str(entry.get("model_name")), str(entry.get("model_version") or "default"))
             stats[key] = _server_stats(entry)
     requests = data.get("requests") or {}
-    responses = {kind: _int(requests.get(kind)) for kind in ("2XX", "4XX", "5XX")}
+    responses = {kind: to_int(requests.get(kind)) for kind in ("2XX", "4XX", "5XX")}
     return {}, stats, responses
 
 
 def _server_stats(entry: Mapping[str, Any]) -> ServerStats:
     latency = entry.get("latency_ms") or {}
     return ServerStats(
-        requests=_int(entry.get("requests")),
-        throughput_rps=_float(entry.get("throughput_rps")),
-        p50_ms=_float(latency.get("p50")),
-        p99_ms=_float(latency.get("p99")),
-        batch_fill=_float(entry.get("batch_fill")),
+        requests=to_int(entry.get("requests")),
+        throughput_rps=to_float(entry.get("throughput_rps")),
+        p50_ms=to_float(latency.get("p50")),
+        p99_ms=to_float(latency.get("p99")),
+        batch_fill=to_float(entry.get("batch_fill")),
     )
 
 
-def _float(value: Any) -> float | None:
+def to_float(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
+
+
+def __getattr__(name: str) -> Any:
+    """`fetch_snapshot`, which lives in `fetch.py` now, from its old home."""
+    if name == "fetch_snapshot":
+        from .fetch import fetch_snapshot
+
+        return fetch_snapshot
+    raise AttributeError(name)

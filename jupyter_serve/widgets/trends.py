@@ -5,7 +5,9 @@ throughput (requests / seconds) and one mean latency (latency sum / requests).
 The p50 and p99 shown are percentiles of those per-interval means over the
 recent history (`HISTORY` intervals): a coarse but honest view when only counters
 exist. When the server sends its own figures (`ServerStats`, computed from every
-request), those take precedence. Pure functions of frozen data.
+request over the server's window), they are shown as they are, so the dashboard
+shows what the JupyterLab panel shows at the same moment; the sparklines plot them
+poll by poll. Pure functions of frozen data.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 
-from .snapshot import DashboardSnapshot, ModelKey, ServerStats, Totals, Trend
+from .snapshot import DashboardSnapshot, ModelKey, Totals, Trend
 
 __all__ = ["HISTORY", "advance", "percentile"]
 
@@ -31,8 +33,8 @@ def _trend(key: ModelKey, previous: DashboardSnapshot | None, current: Dashboard
     before = previous.trends.get(key, Trend()) if previous else Trend()
     rate, latency = _interval(key, previous, current)
     server = current.server_stats.get(key)
-    if server is not None:
-        rate, latency = _server_interval(key, previous, current, server)
+    if server is not None:  # the server's own figures, as the panel shows them
+        rate, latency = server.throughput_rps, server.p50_ms
     throughput = _push(before.throughput_history, rate)
     latencies = _push(before.latency_history, latency)
     if server is not None and server.p50_ms is not None:
@@ -58,16 +60,6 @@ def _interval(
     requests = now.requests - before.requests
     latency = (now.latency_us - before.latency_us) / requests / 1000 if requests > 0 else None
     return requests / seconds, latency
-
-
-def _server_interval(
-    key: ModelKey, previous: DashboardSnapshot | None, current: DashboardSnapshot, now: ServerStats
-) -> tuple[float | None, float | None]:
-    before = previous.server_stats.get(key) if previous else None
-    seconds = current.taken_at - previous.taken_at if previous else 0.0
-    if before is None or seconds <= 0 or now.requests < before.requests:
-        return now.throughput_rps, now.p50_ms
-    return (now.requests - before.requests) / seconds, now.p50_ms
 
 
 def _push(history: tuple[float, ...], value: float | None) -> tuple[float, ...]:
