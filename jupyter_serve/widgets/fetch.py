@@ -17,9 +17,9 @@ from typing import Any
 
 from ..client import ServeClientError
 from .snapshot import (
+    SUMMARY_KEYS,
     DashboardSnapshot,
     ModelView,
-    ServerStats,
     SnapshotSource,
     WorkerView,
     add_totals,
@@ -27,7 +27,7 @@ from .snapshot import (
     fold_default,
     model_names,
     parse_metrics,
-    to_float,
+    server_stats,
     to_int,
 )
 from .trends import advance
@@ -62,7 +62,10 @@ def from_summary(summary: Mapping[str, Any], taken_at: float) -> DashboardSnapsh
     """A snapshot of `GET summary`'s answer (its figures are the server's own)."""
     entries = [entry for entry in summary.get("models") or [] if isinstance(entry, Mapping)]
     models = tuple(_model(entry) for entry in entries)
-    stats = {model.key: _stats(entry) for model, entry in zip(models, entries, strict=True)}
+    stats = {
+        model.key: server_stats(entry, SUMMARY_KEYS)
+        for model, entry in zip(models, entries, strict=True)
+    }
     requests = (summary.get("totals") or {}).get("requests") or {}
     responses = {kind: to_int(requests.get(kind)) for kind in ("2XX", "4XX", "5XX")}
     return DashboardSnapshot(taken_at, models, {}, stats, responses)
@@ -93,17 +96,6 @@ def _worker(entry: Mapping[str, Any]) -> WorkerView:
         memory_bytes=to_int(entry.get("memoryUsage")),
         gpu_usage=str(entry.get("gpuUsage") or ""),
         own_memory_bytes=to_int(entry.get("memoryOwn")),
-    )
-
-
-def _stats(entry: Mapping[str, Any]) -> ServerStats:
-    latency = entry.get("latencyMs") or {}
-    return ServerStats(
-        requests=to_int(entry.get("requests")),
-        throughput_rps=to_float(entry.get("throughputRps")),
-        p50_ms=to_float(latency.get("p50")),
-        p99_ms=to_float(latency.get("p99")),
-        batch_fill=to_float(entry.get("batchFill")),
     )
 
 

@@ -47,6 +47,7 @@ __all__ = [
     "model_names",
     "model_view",
     "parse_metrics",
+    "server_stats",
     "to_float",
     "to_int",
 ]
@@ -309,20 +310,26 @@ def _from_json(data: Mapping[str, Any]) -> Parsed:
     for entry in data["models"]:
         if isinstance(entry, dict):
             key = (str(entry.get("model_name")), str(entry.get("model_version") or "default"))
-            stats[key] = _server_stats(entry)
+            stats[key] = server_stats(entry, METRICS_KEYS)
     requests = data.get("requests") or {}
     responses = {kind: to_int(requests.get(kind)) for kind in ("2XX", "4XX", "5XX")}
     return {}, stats, responses
 
 
-def _server_stats(entry: Mapping[str, Any]) -> ServerStats:
-    latency = entry.get("latency_ms") or {}
+METRICS_KEYS = ("throughput_rps", "latency_ms", "batch_fill")  # metrics?format=json
+SUMMARY_KEYS = ("throughputRps", "latencyMs", "batchFill")  # GET summary (fetch.py)
+
+
+def server_stats(entry: Mapping[str, Any], keys: tuple[str, str, str]) -> ServerStats:
+    """A server's own figures of one version; `keys` name throughput, latency, batch fill."""
+    throughput, latency_key, fill = keys
+    latency = entry.get(latency_key) or {}
     return ServerStats(
         requests=to_int(entry.get("requests")),
-        throughput_rps=to_float(entry.get("throughput_rps")),
+        throughput_rps=to_float(entry.get(throughput)),
         p50_ms=to_float(latency.get("p50")),
         p99_ms=to_float(latency.get("p99")),
-        batch_fill=to_float(entry.get("batch_fill")),
+        batch_fill=to_float(entry.get(fill)),
     )
 
 
