@@ -16,7 +16,9 @@ from typing import Any, ClassVar
 
 import pytest
 from jupyter_server.auth.authorizer import Authorizer
+from jupyter_server.base.handlers import JupyterHandler
 from route_models import register, serve_state, server_config
+from tornado import web
 from tornado.httpclient import HTTPResponse
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
@@ -236,3 +238,31 @@ async def test_nothing_is_weakened_for_requests_without_a_key(
         assert b"_xsrf" in answer.body
     cookie_get = await jp_fetch("serve", "models", headers={"Cookie": cookie, "Authorization": ""})
     assert cookie_get.code == 200  # the cookie itself still works where XSRF is not needed
+
+
+def refuse_without_xsrf(handler: Any) -> None:
+    """An XSRF check that knows nothing of keys or of jupyter_server's token: what JupyterHub's
+    single-user server installs on jupyter_server's handler classes (it exempts only hub
+    tokens, which this server has none of)."""
+    if handler.request.method not in ("GET", "HEAD", "OPTIONS"):
+        raise web.HTTPError(403, f"'_xsrf' argument missing from {handler.request.method}")
+
+
+async def test_a_key_needs_no_xsrf_when_an_extension_replaces_the_check(
+    jp_fetch: Fetch, jp_serverapp: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await register(jp_serverapp, "probe")
+    key = (await mint(jp_fetch))["key"]
+    monkeypatch.setattr(JupyterHandler, "check_xsrf_cookie", refuse_without_xsrf)
+    # as JupyterHub's single-user server: only the check in jupyter_server's `prepare` runs,
+    # none before it (tornado's, which would come before any user is known)
+    monkeypatch.setitem(jp_serverapp.web_app.settings, "xsrf_cookies", False)
+    assert await status(jp_fetch, "serve", "predictions", "probe", key=key, method="POST") == 200
+    assert await status(jp_fetch, "serve", "keys", key=key, method="POST") == 403  # execute only
+    wrong = "jsk_0123456789ab_wrong"  # just a wrong token: the replaced check refuses it
+    answer = await jp_fetch("serve", "predictions", "probe", method="POST", body=b"x",
+                            headers=with_key(wrong), raise_error=False)  # fmt: skip
+    assert (answer.code, b"_xsrf" in answer.body) == (403, True)
+    token = await jp_fetch("serve", "predictions", "probe", method="POST", body=b"x",
+                           headers={**OCTETS}, raise_error=False)  # fmt: skip
+    assert token.code == 403  # every other request still gets the server's (replaced) check

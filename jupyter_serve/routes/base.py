@@ -17,6 +17,12 @@ whose `Authorization: Bearer K` (or `token K`) header carries a valid key is a
 `KeyUser`, header-authenticated as with the token (no XSRF, no origin check, no
 login cookie); our authorizer lets a `KeyUser` do only `execute` on `serve` for a
 model in its scope (`ServeRoute.requested_model`), and refuses it everything else.
+The route remembers the key user (`ServeRoute.key_user`) and skips the XSRF check
+for it in its own `check_xsrf_cookie`, so a key needs no XSRF token whichever check
+the server runs: jupyter_server's (which asks `is_token_authenticated`) or one a
+server extension installs on jupyter_server's handler classes, as JupyterHub's
+single-user server does (it leaves a subclass's own override in place).
+Every other request, cookie users included, gets the server's own check.
 
 A GET that runs a model or downloads an archive, authenticated by the login cookie
 alone, also needs the XSRF token and a same-origin fetch (`check_cookie_get`).
@@ -80,7 +86,9 @@ class KeyIdentity:
         info = self.keys.lookup(key) if key is not None else None
         if info is None:
             return self.provider.get_user(handler)
-        return KeyUser(f"key-{info.key_id}", name=info.name or f"key {info.key_id}", key=info)
+        user = KeyUser(f"key-{info.key_id}", name=info.name or f"key {info.key_id}", key=info)
+        handler.key_user = user
+        return user
 
     def is_token_authenticated(self, handler: Any) -> bool:
         """A key came in a header, as a token does: no XSRF check is needed."""
@@ -114,6 +122,9 @@ class ServeRoute(ExtensionHandlerMixin, APIHandler):
 
     auth_resource = "serve"
     _request_id: str | None = None
+    key_user: KeyUser | None = None
+    """The inference key this request came with (`KeyIdentity.get_user` sets it once the
+    `Authorization` header carried a valid key); None for every other request."""
     guards_cookie_gets = False
     """Whether a GET or HEAD made with the login cookie needs the XSRF token and must not
     come from another site (`check_cookie_get`): set by the routes that run a model or
@@ -139,6 +150,16 @@ class ServeRoute(ExtensionHandlerMixin, APIHandler):
             raise too_large
         if self.guards_cookie_gets:
             self.check_cookie_get()
+
+    def check_xsrf_cookie(self) -> None:
+        """No XSRF check for a valid inference key (it came in the `Authorization`
+        header, as a token does); every other request gets the server's own check, which
+        may be jupyter_server's or one a server extension patched into it (JupyterHub's
+        single-user server does: its check exempts only hub tokens, and leaves a
+        subclass's override in place)."""
+        if self.key_user is not None:
+            return
+        super().check_xsrf_cookie()
 
     def check_cookie_get(self) -> None:
         """403 for a GET or HEAD authenticated by the login cookie (no token, no key) that
