@@ -67,6 +67,23 @@ async def test_api_description_and_options_on_the_root(jp_fetch: Fetch) -> None:
     assert anonymous.value.code == 403
 
 
+async def test_servers_names_the_prefix_under_the_base_url(
+    jp_fetch: Fetch, jp_base_url: str
+) -> None:
+    """OpenAPI tools resolve the paths under `{base_url}serve`, not at the host's root."""
+    described = json.loads((await jp_fetch("serve", "api-description")).body)
+    assert jp_base_url == "/a%40b/"  # pytest-jupyter's: a base_url that is not the root
+    assert [server["url"] for server in described["servers"]] == ["/a%40b/serve"]
+
+
+@pytest.mark.parametrize(
+    ("base_url", "url"),
+    [("/", "/serve"), ("", "/serve"), ("/user/ann/", "/user/ann/serve"), ("/x", "/x/serve")],
+)
+def test_servers_for_every_base_url(base_url: str, url: str) -> None:
+    assert api_description(base_url=base_url)["servers"][0]["url"] == url
+
+
 async def test_options_on_a_model_gives_its_management_api(
     jp_fetch: Fetch, jp_serverapp: Any
 ) -> None:

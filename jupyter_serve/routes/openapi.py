@@ -1,7 +1,9 @@
 """The OpenAPI 3.0.1 description of every jupyter_serve route, and the routes that serve it.
 
 `api_description()` builds the document: paths are relative to the serve
-prefix; operation ids and parameter names are TorchServe 0.12's where it has
+prefix, which its `servers` entry names (`{base_url}serve`, e.g. `/user/NAME/serve`
+under JupyterHub), so OpenAPI tools resolve `/predictions/demo` under the prefix and
+not at the host's root; operation ids and parameter names are TorchServe 0.12's where it has
 the route (`ping`, `predictions`, `listModels`, `registerModel`, ...).
 `GET api-description` and `OPTIONS` on the prefix root answer it;
 `OPTIONS predictions/{m}[/{v}]` answers `model_api(model)`, the per-model
@@ -215,9 +217,10 @@ def _paths(max_workers: int | None = None) -> dict[str, dict[str, Any]]:
     }
 
 
-def api_description(max_workers: int | None = None) -> dict[str, Any]:
+def api_description(max_workers: int | None = None, base_url: str = "/") -> dict[str, Any]:
     """The OpenAPI 3.0.1 document of every route under the serve prefix (`max_workers`: the
-    server's `max_workers_per_model`, the most workers a register or scale may ask for)."""
+    server's `max_workers_per_model`, the most workers a register or scale may ask for;
+    `base_url`: the Jupyter server's, which the prefix is under)."""
     return {
         "openapi": "3.0.1",
         "info": {
@@ -225,8 +228,16 @@ def api_description(max_workers: int | None = None) -> dict[str, Any]:
             "description": "Serve PyTorch models from the Jupyter server.",
             "version": __version__,
         },
+        "servers": servers(base_url),
         "paths": _paths(max_workers),
     }
+
+
+def servers(base_url: str) -> list[dict[str, str]]:
+    """The document's `servers`: the serve prefix under the Jupyter server's `base_url`, a
+    path on the host the document was fetched from (OpenAPI 3 resolves it there)."""
+    prefix = "/" + base_url.strip("/") + "/" if base_url.strip("/") else "/"
+    return [{"url": f"{prefix}serve", "description": "This Jupyter server's serve prefix."}]
 
 
 def model_api(model: Model) -> dict[str, Any]:
@@ -265,8 +276,10 @@ class ApiDescriptionRoute(ServeRoute):
 
 
 def served_description(route: ServeRoute) -> dict[str, Any]:
-    """The document of the route's server (its `max_workers_per_model` bounds worker counts)."""
-    return api_description(int(route.settings["serve_app"].max_workers_per_model))
+    """The document of the route's server (its `max_workers_per_model` bounds worker counts,
+    its `base_url` is in `servers`)."""
+    workers = int(route.settings["serve_app"].max_workers_per_model)
+    return api_description(workers, str(route.base_url))
 
 
 class RootRoute(ServeRoute):
