@@ -260,15 +260,16 @@ def test_try_it_and_follow_the_log(lab: Lab, server: LabServer) -> None:
 
 
 def test_a_failure_is_a_notification_with_torchserve_message(lab: Lab, server: LabServer) -> None:
-    with server.serve_client() as client:
-        refused = client.post("models", params={"url": "missing.mar"})
+    missing = "/nowhere/missing.mar"  # a path: the server checks it (a store name is checked
+    with server.serve_client() as client:  # first: test_labextension_first_hour.py)
+        refused = client.post("models", params={"url": missing})
     assert refused.status_code == 404
     message = refused.json()["message"]  # TorchServe's words, whatever they are
     lab.page.locator(".jp-ServePanel-register").click()
-    lab.dialog().locator("input").fill("missing.mar")
+    lab.dialog().locator("input").fill(missing)
     lab.accept("Ok")
     lab.accept("Serve")
-    lab.notification(f"Registering missing.mar failed: {message}")
+    lab.notification(f"Registering {missing} failed: {message}")
 
 
 def test_an_image_answer_and_an_explanation_heat_map(

@@ -1,26 +1,39 @@
 /**
  * What the panel's buttons, the palette and the file browser's "Serve this model"
  * do: TorchServe's management calls, with JupyterLab notifications for progress
- * (workers starting) and for failures (TorchServe's own message).
+ * (workers starting) and for failures (TorchServe's message and the server's cause).
+ *
+ * The panel registers as a REST client does with `synchronous=true`: the answer
+ * comes once the workers are ready, or is the failure (500 with the handler's
+ * exception as its cause) with nothing left registered; one worker asked is one
+ * worker started. A progress notification is never updated into its final state
+ * but dismissed for a fresh one: an update sent before the toaster is shown (it
+ * loads lazily) is lost, which left "starting workers…" up after a failure.
  */
 
-import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
-import { PageConfig, PathExt, URLExt } from '@jupyterlab/coreutils';
-import { ServerConnection } from '@jupyterlab/services';
+import {
+  Dialog,
+  Notification,
+  showDialog,
+  showErrorMessage
+} from '@jupyterlab/apputils';
+import { PageConfig } from '@jupyterlab/coreutils';
 
 import {
   ServeRequestError,
+  errorText,
   query,
-  requestJupyter,
   requestServe,
   servePath
 } from './api';
+import { versionCause } from './causes';
 import {
   IRegisterDefaults,
   IRegisterOptions,
   askRegisterOptions
 } from './forms';
 import { ServingModel } from './model';
+import { uploadToStore } from './store';
 import { IModelSummary, ISummary, modelKey } from './summary';
 
 /** Archive names the server registers (jupyter_serve/registry/sources.py). */
@@ -34,8 +47,22 @@ export interface IActionContext {
 
 /** Show a failed action as an error notification carrying the server's message. */
 export function reportError(what: string, error: unknown): void {
-  const message = error instanceof Error ? error.message : String(error);
-  Notification.error(`${what}: ${message}`, { autoClose: 10000 });
+  notifyError(`${what}: ${errorText(error)}`);
+}
+
+/** JupyterLab cuts a toast's message at this length. */
+const TOAST_LENGTH = 140;
+
+/** An error notification; a message too long for a toast gets a Details button. */
+export function notifyError(message: string): string {
+  const details = {
+    label: 'Details',
+    callback: () => void showErrorMessage('Serving', message)
+  };
+  return Notification.error(message, {
+    autoClose: 10000,
+    actions: message.length > TOAST_LENGTH ? [details] : []
+  });
 }
 
 async function statusOf(response: Response): Promise<string> {
@@ -49,7 +76,8 @@ async function statusOf(response: Response): Promise<string> {
 
 /**
  * Follow a version's workers in one notification until `target` are ready (success),
- * it fails (error, with a button opening its log) or it is unregistered.
+ * they fail (error, with the cause from the log and a button opening it) or the
+ * version is unregistered; the final state is a fresh notification.
  */
 export function followWorkers(
   ctx: IActionContext,
@@ -61,50 +89,41 @@ export function followWorkers(
     autoClose: false
   });
   let shown = '';
-  const update = (
-    message: string,
-    type: Notification.TypeOptions,
-    done = false
-  ): void => {
-    if (message !== shown || done) {
-      shown = message;
-      const actions = type === 'error' ? [logAction(ctx, key)] : [];
-      Notification.update({
-        id,
-        message,
-        type,
-        autoClose: done ? 6000 : false,
-        actions
-      });
-    }
+  const finish = (message: string, type: Notification.TypeOptions): void => {
+    Notification.dismiss(id);
+    const actions = type === 'error' ? [logAction(ctx, key)] : [];
+    Notification.emit(message, type, { autoClose: 10000, actions });
   };
   ctx.model.watch((summary: ISummary) => {
     const model = summary.models.find(version => modelKey(version) === key);
     if (model === undefined) {
-      update(`${key} is no longer registered`, 'warning', true);
+      finish(`${key} is no longer registered`, 'warning');
       return true;
     }
     const counts = model.workerCounts;
     if (counts.target === target && counts.ready === target) {
-      update(
-        `${label}: ${counts.ready}/${target} workers ready`,
-        'success',
-        true
-      );
+      finish(`${label}: ${counts.ready}/${target} workers ready`, 'success');
       return true;
     }
     if (model.status === 'failed') {
-      update(
-        `${label}: the workers failed to start; see the log`,
-        'error',
-        true
+      void versionCause(model).then(cause =>
+        finish(
+          `${label}: the workers failed to start${cause ? ` (cause: ${cause})` : '; see the log'}`,
+          'error'
+        )
       );
       return true;
     }
-    update(
-      `${label}: ${counts.ready}/${target} workers ready, ${counts.starting} starting`,
-      'in-progress'
-    );
+    const message = `${label}: ${counts.ready}/${target} workers ready, ${counts.starting} starting`;
+    if (message !== shown) {
+      shown = message;
+      Notification.update({
+        id,
+        message,
+        type: 'in-progress',
+        autoClose: false
+      });
+    }
     return false;
   });
 }
@@ -120,7 +139,7 @@ export function splitKey(key: string): [string, string] {
   return [key.slice(0, cut), key.slice(cut + 1)];
 }
 
-/** POST models: register `url` without waiting, then follow the new version's workers. */
+/** POST models with `synchronous=true`: the workers are ready when it answers (module doc). */
 export async function registerUrl(
   ctx: IActionContext,
   url: string,
@@ -133,24 +152,33 @@ export async function registerUrl(
     initial_workers: options.workers,
     batch_size: options.batchSize,
     max_batch_delay: options.maxBatchDelay,
-    synchronous: false
+    synchronous: true
   });
-  const response = await requestServe(`models${params}`, { method: 'POST' });
-  const message = await statusOf(response);
+  const id = Notification.emit(
+    `Serving ${url}: starting workers…`,
+    'in-progress',
+    { autoClose: false }
+  );
+  let message: string;
+  try {
+    message = await statusOf(
+      await requestServe(`models${params}`, { method: 'POST' })
+    );
+  } finally {
+    Notification.dismiss(id);
+  }
   await ctx.model.refresh();
   const added = (ctx.model.summary?.models ?? []).filter(
     model => !before.has(modelKey(model))
   );
-  if (response.status === 202 && added.length > 0) {
-    for (const model of added) {
-      followWorkers(
-        ctx,
-        modelKey(model),
-        model.workerCounts.target,
-        `Serving ${modelKey(model)}`
-      );
-    }
-  } else {
+  for (const model of added) {
+    const { ready, target } = model.workerCounts;
+    Notification.success(
+      `Serving ${modelKey(model)}: ${ready}/${target} workers ready`,
+      { autoClose: 6000 }
+    );
+  }
+  if (added.length === 0) {
     Notification.success(message || 'Registered', { autoClose: 6000 });
   }
 }
@@ -214,85 +242,10 @@ async function registerContentsItem(
       400
     );
   }
-  const name = await uploadToStore(path);
+  const name = await uploadToStore(path, ctx.model.summary?.models ?? []);
   if (name !== null) {
     await registerUrl(ctx, name, options);
   }
-}
-
-/** Copy a file of the Jupyter root into the model store; its store name, or null if cancelled. */
-export async function uploadToStore(path: string): Promise<string | null> {
-  const name = PathExt.basename(path);
-  const id = Notification.emit(
-    `Uploading ${name} to the model store…`,
-    'in-progress',
-    {
-      autoClose: false
-    }
-  );
-  let bytes: Blob | null = null;
-  try {
-    bytes = await (await fetchFile(path)).blob();
-    const stored = await putArchive(name, bytes, false);
-    const message = stored.created
-      ? `Uploaded ${name} to the model store`
-      : `The model store has ${name}`;
-    // A fresh toast, not an update: an upload can end before the in-progress toast is
-    // shown (the first toast of a page loads its toaster lazily), and an update arriving
-    // then is lost, leaving the spinner up.
-    Notification.dismiss(id);
-    Notification.success(message, { autoClose: 3000 });
-    return stored.url;
-  } catch (error) {
-    Notification.dismiss(id);
-    const taken = error instanceof ServeRequestError && error.status === 409;
-    if (!taken || bytes === null) {
-      throw error;
-    }
-    if (!(await confirmReplace(name))) {
-      return null;
-    }
-    return (await putArchive(name, bytes, true)).url;
-  }
-}
-
-function fetchFile(path: string): Promise<Response> {
-  const settings = ServerConnection.makeSettings();
-  const url = URLExt.join(settings.baseUrl, 'files', URLExt.encodeParts(path));
-  return requestJupyter(url, { method: 'GET' }, settings);
-}
-
-/** Whether the store made a new file, and the name it saved it under (its NFC form). */
-interface IStored {
-  created: boolean;
-  url: string;
-}
-
-async function putArchive(
-  name: string,
-  bytes: Blob,
-  overwrite: boolean
-): Promise<IStored> {
-  const response = await requestServe(
-    `model-store/${encodeURIComponent(name)}${query({ overwrite: overwrite || undefined })}`,
-    {
-      method: 'PUT',
-      body: bytes,
-      headers: { 'Content-Type': 'application/octet-stream' }
-    }
-  );
-  const answer = (await response.json()) as { url?: unknown };
-  const url = typeof answer.url === 'string' ? answer.url : name;
-  return { created: response.status === 201, url };
-}
-
-async function confirmReplace(name: string): Promise<boolean> {
-  const result = await showDialog({
-    title: 'Replace the archive?',
-    body: `The model store already has a different ${name}. Replace it?`,
-    buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Replace' })]
-  });
-  return result.button.accept;
 }
 
 /** PUT models/{m}/{v}?min_worker=N&max_worker=N, then follow the workers to N. */

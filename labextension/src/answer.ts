@@ -56,3 +56,28 @@ export function viewBlob(bytes: Blob, view: AnswerView): Blob {
   const type = view.kind === 'image' ? view.type : DOWNLOAD_TYPE;
   return new Blob([bytes], { type });
 }
+
+/**
+ * JSON as Try-it shows it: indented like `JSON.stringify(value, null, 2)`, but an
+ * array holding no array or object stays on one line, so an attribution map of
+ * 28 x 28 numbers is 28 lines, not 784.
+ */
+export function formatJSON(value: unknown, indent = ''): string {
+  if (Array.isArray(value)) {
+    if (value.every(item => item === null || typeof item !== 'object')) {
+      return `[${value.map(item => JSON.stringify(item) ?? 'null').join(', ')}]`;
+    }
+    const inner = indent + '  ';
+    const items = value.map(item => inner + formatJSON(item, inner));
+    return value.length ? `[\n${items.join(',\n')}\n${indent}]` : '[]';
+  }
+  if (value !== null && typeof value === 'object') {
+    const inner = indent + '  ';
+    const entries = Object.entries(value).map(
+      ([key, item]) =>
+        `${inner}${JSON.stringify(key)}: ${formatJSON(item, inner)}`
+    );
+    return entries.length ? `{\n${entries.join(',\n')}\n${indent}}` : '{}';
+  }
+  return JSON.stringify(value) ?? String(value);
+}

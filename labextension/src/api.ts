@@ -3,7 +3,9 @@
  * `ServerConnection` (login cookie + XSRF header, the page's base URL), so the
  * panel works behind JupyterHub and with any `base_url`, and no token is ever
  * read or written by this code. A TorchServe error body
- * `{"code", "type", "message"}` becomes a `ServeRequestError` carrying its message.
+ * `{"code", "type", "message"}` becomes a `ServeRequestError` carrying its message,
+ * and the one-line `cause` jupyter_serve adds beside it when it knows why
+ * (jupyter_serve/errors.py), shown as `message (cause: ...)` (`detail`).
  */
 
 import { URLExt } from '@jupyterlab/coreutils';
@@ -16,11 +18,30 @@ export class ServeRequestError extends Error {
   constructor(
     message: string,
     readonly status: number,
-    readonly type: string = ''
+    readonly type: string = '',
+    readonly cause: string = ''
   ) {
     super(message);
     this.name = 'ServeRequestError';
   }
+
+  /** The message, and the cause when the server gave one. */
+  get detail(): string {
+    return describe(this.message, this.cause);
+  }
+}
+
+/** `message (cause: why)`, as jupyter_serve/failures.py writes a failure. */
+export function describe(message: string, cause: string): string {
+  return cause ? `${message} (cause: ${cause})` : message;
+}
+
+/** What an error says, with its cause when it has one. */
+export function errorText(error: unknown): string {
+  if (error instanceof ServeRequestError) {
+    return error.detail;
+  }
+  return error instanceof Error ? error.message : String(error);
 }
 
 /** The absolute URL of a path under `{base_url}serve/`. */
@@ -37,10 +58,11 @@ export async function errorMessage(
 ): Promise<ServeRequestError> {
   const text = await response.text();
   try {
-    const body = JSON.parse(text) as { message?: unknown; type?: unknown };
+    const body = JSON.parse(text) as Record<string, unknown>;
     if (typeof body.message === 'string') {
       const type = typeof body.type === 'string' ? body.type : '';
-      return new ServeRequestError(body.message, response.status, type);
+      const cause = typeof body.cause === 'string' ? body.cause : '';
+      return new ServeRequestError(body.message, response.status, type, cause);
     }
   } catch {
     // not JSON: fall through to the status line

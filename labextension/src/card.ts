@@ -2,13 +2,16 @@
  * `ModelCard`: one model version in the Serving panel. It builds its DOM once and
  * then only changes the texts and attributes whose values changed, so a refresh
  * every second never re-renders the panel (and keeps focus and selection).
+ * A failed version shows why (`setCause`, from its log: causes.ts). The sparkline
+ * spans the card's width, with a legend naming each line and its peak, and its
+ * tooltip saying the latest values.
  */
 
 import { CommandRegistry } from '@lumino/commands';
 
 import { CommandIDs } from './commandIds';
 import { button, element, setAttribute, setText, svgElement } from './dom';
-import { ISeries, sparklinePoints } from './history';
+import { ISeries, sparkLegend, sparklinePoints } from './history';
 import {
   IModelSummary,
   describeWorkers,
@@ -52,6 +55,8 @@ export class ModelCard {
     });
     this._status = element('span', 'jp-ServeModel-status');
     this._workers = element('div', 'jp-ServeModel-workers');
+    this._cause = element('div', 'jp-ServeModel-cause', { role: 'status' });
+    this._cause.hidden = true;
     this._throughput = svgElement('polyline', {
       class: 'jp-ServeModel-throughputLine'
     });
@@ -75,8 +80,10 @@ export class ModelCard {
         this._status
       ),
       this._workers,
+      this._cause,
       this._figureList(),
       this._sparkline(),
+      this._legend,
       element(
         'div',
         'jp-ServeModel-actions',
@@ -117,6 +124,18 @@ export class ModelCard {
       'points',
       sparklinePoints(series.latency, SPARK_WIDTH, SPARK_HEIGHT)
     );
+    const legend = sparkLegend(series);
+    setText(this._throughputLegend, legend.throughput);
+    setText(this._latencyLegend, legend.latency);
+    setText(this._sparkTitle, legend.latest);
+    this._failed = model.workerCounts.failed > 0;
+    this._cause.hidden = !this._failed || !this._cause.textContent;
+  }
+
+  /** Why the version's workers failed (empty: not known, or not failing). */
+  setCause(cause: string): void {
+    setText(this._cause, cause ? `cause: ${cause}` : '');
+    this._cause.hidden = !this._failed || !cause;
   }
 
   private _figureList(): HTMLElement {
@@ -139,10 +158,7 @@ export class ModelCard {
       viewBox: `0 0 ${SPARK_WIDTH} ${SPARK_HEIGHT}`,
       preserveAspectRatio: 'none'
     });
-    const title = svgElement('title');
-    title.textContent =
-      'req/s (solid) and p50 latency (dashed), last two minutes';
-    svg.append(title, this._throughput, this._latency);
+    svg.append(this._sparkTitle, this._throughput, this._latency);
     return svg;
   }
 
@@ -163,6 +179,19 @@ export class ModelCard {
   }
 
   private _figures = new Map<string, HTMLElement>();
+  private _failed = false;
+  private _cause: HTMLElement;
+  private _sparkTitle = svgElement('title');
+  private _throughputLegend = element('span', 'jp-ServeModel-legendRps');
+  private _latencyLegend = element('span', 'jp-ServeModel-legendP50');
+  private _legend = element(
+    'div',
+    'jp-ServeModel-legend',
+    {},
+    this._throughputLegend,
+    this._latencyLegend,
+    element('span', 'jp-ServeModel-legendSpan', {}, 'last 2 min')
+  );
   private _default: HTMLElement;
   private _status: HTMLElement;
   private _workers: HTMLElement;

@@ -28,6 +28,7 @@ import {
 import { CommandIDs } from './commandIds';
 import { askRegisterOptions } from './forms';
 import { servingIcon } from './icon';
+import { missingFromStore } from './store';
 import { ModelLogView } from './logview';
 import { PANEL_ID } from './panel';
 import { modelKey } from './summary';
@@ -166,6 +167,11 @@ function addRegisterCommands(
         }
         url = answer.value.trim();
       }
+      const missing = await missingFromStore(url);
+      if (missing) {
+        reportError(`Registering ${url} failed`, new Error(missing));
+        return;
+      }
       const options = await askRegisterOptions(url, ctx.defaults());
       if (options !== null) {
         await guarded(`Registering ${url} failed`, () =>
@@ -262,7 +268,11 @@ function addTabCommands(app: JupyterFrontEnd, ctx: IActionContext): void {
       if (ref !== null) {
         tabs.open(
           `jupyter-serve-try-${ref.modelName}-${ref.modelVersion}`,
-          () => new TryItView(ref.modelName, ref.modelVersion)
+          () =>
+            new TryItView(ref.modelName, ref.modelVersion, async () => {
+              await ctx.model.refresh(); // the versions served now
+              return (ctx.model.summary?.models ?? []).map(modelKey);
+            })
         );
       }
     }

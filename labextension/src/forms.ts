@@ -32,7 +32,7 @@ class RegisterForm
     this.addClass('jp-ServeRegisterForm');
     this.node.append(
       element('p', '', {}, `Serve ${what}`),
-      this._row('Model name', this._name, 'from the archive when empty'),
+      this._row('Model name', this._name, 'as in the archive'),
       this._row('Workers', this._number(this._workers, defaults.workers, 0)),
       this._row('Batch size', this._number(this._batch, defaults.batchSize, 1)),
       this._row(

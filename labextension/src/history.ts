@@ -3,7 +3,7 @@
  * sparklines: requests per second and p50 latency, newest last.
  */
 
-import { ISummary, modelKey } from './summary';
+import { ISummary, formatMs, formatRate, modelKey } from './summary';
 
 /** How many refreshes a sparkline shows. */
 export const HISTORY_LENGTH = 60;
@@ -77,4 +77,21 @@ export function sparklinePoints(
       return `${x.toFixed(1)},${y.toFixed(1)}`;
     })
     .join(' ');
+}
+
+/** What the sparkline's legend and tooltip say: each line's peak, the latest values. */
+export function sparkLegend(series: ISeries): {
+  throughput: string;
+  latency: string;
+  latest: string;
+} {
+  const peak = (values: number[]): number | null =>
+    values.length ? Math.max(...values) : null;
+  const last = (values: number[]): number | null =>
+    values.length ? values[values.length - 1] : null;
+  return {
+    throughput: `req/s, peak ${formatRate(peak(series.throughput))}`,
+    latency: `p50, peak ${formatMs(peak(series.latency))}`,
+    latest: `now: ${formatRate(last(series.throughput))} req/s, p50 ${formatMs(last(series.latency))} (last 2 min: req/s solid, p50 dashed)`
+  };
 }

@@ -2,13 +2,15 @@
  * `ServingPanel`: the left side panel. A header (pause/resume, refresh, register,
  * totals), a banner when the server cannot be read, and one `ModelCard` per
  * model version, kept by key across refreshes: new versions get a card, gone
- * ones lose theirs, the others only update their figures.
+ * ones lose theirs, the others only update their figures. A version with failed
+ * workers gets the cause its log gives (causes.ts) on its card.
  */
 
 import { CommandRegistry } from '@lumino/commands';
 import { Widget } from '@lumino/widgets';
 
 import { ModelCard } from './card';
+import { FailureCauses } from './causes';
 import { CommandIDs } from './commandIds';
 import { button, element, setText } from './dom';
 import { ServingModel } from './model';
@@ -92,6 +94,7 @@ export class ServingPanel extends Widget {
   }
 
   private _onSummary(model: ServingModel, summary: ISummary): void {
+    this._causes.update(summary);
     const seen = new Set<string>();
     summary.models.forEach((version, index) => {
       const key = modelKey(version);
@@ -102,6 +105,7 @@ export class ServingPanel extends Widget {
         this._cards.set(key, card);
       }
       card.update(version, model.history.series(key));
+      card.setCause(this._causes.get(key));
       if (this._list.children[index] !== card.node) {
         this._list.insertBefore(card.node, this._list.children[index] ?? null);
       }
@@ -135,6 +139,9 @@ export class ServingPanel extends Widget {
   }
 
   private _cards = new Map<string, ModelCard>();
+  private _causes = new FailureCauses((key, cause) =>
+    this._cards.get(key)?.setCause(cause)
+  );
   private _pause: HTMLButtonElement;
   private _totals = element('div', 'jp-ServePanel-totals', {
     'aria-live': 'polite'

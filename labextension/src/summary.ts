@@ -116,3 +116,15 @@ export function statusText(summary: ISummary | null): string {
   const models = plural(summary.totals.models, 'model');
   return `Serving: ${models} · ${formatRate(summary.totals.throughputRps)} req/s`;
 }
+
+/** The versions registered from the model store file `name` (by their `modelUrl`). */
+export function servedFrom(
+  name: string,
+  models: readonly IModelSummary[]
+): string[] {
+  return models
+    .filter(
+      model => model.modelUrl === name || model.modelUrl.endsWith(`/${name}`)
+    )
+    .map(modelKey);
+}

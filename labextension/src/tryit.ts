@@ -3,32 +3,36 @@
  * `predictions/{m}/{v}` (or `explanations/...`) and shows the answer: JSON
  * pretty-printed, text, a raster image, a download link for other image types
  * (see `answer.ts`), or, for an explanation that is an image's attributions, a
- * heat map over the input. It also shows (and copies) the equivalent `curl`
- * command, with the token left out.
+ * heat map over the input, above the raw answer, which is then collapsed (with a
+ * Copy button). A failed request shows TorchServe's message and the server's
+ * `cause` (the handler's exception) in the tab and in a notification that the
+ * next successful send dismisses; a 404 offers the closest served model version.
+ * It also shows (and copies) the equivalent `curl` command, with the token left out.
  */
 
 import { Clipboard, Notification } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
 
-import { AnswerView, answerView, viewBlob } from './answer';
+import { notifyError } from './actions';
+import { AnswerView, answerView, formatJSON, viewBlob } from './answer';
 import { answerServe, errorMessage, serveUrl, servePath } from './api';
 import { TryBody, contentTypeOf, curlCommand } from './curl';
 import { button, element, setText } from './dom';
-import {
-  Grid,
-  attributionGrid,
-  greyPixels,
-  heatPixels,
-  inputGrid
-} from './heatmap';
+import { CANVAS_WIDTH, drawHeatmap } from './heatcanvas';
+import { attributionGrid, inputGrid } from './heatmap';
+import { didYouMean } from './typos';
 
 type Kind = TryBody['kind'];
-const CANVAS_WIDTH = 256;
+
+/** The body box's hint: a sentence, so it never reads as a body already typed. */
+export const BODY_HINT =
+  'Type a JSON body here, for example [6.5, 3.0, 5.8, 2.2]';
 
 export class TryItView extends Widget {
   constructor(
     readonly modelName: string,
-    readonly modelVersion: string
+    readonly modelVersion: string,
+    private _served: () => Promise<string[]> = async () => []
   ) {
     super();
     this.addClass('jp-ServeTry');
@@ -42,7 +46,7 @@ export class TryItView extends Widget {
     this._route.name = 'route';
     this._text.name = 'body';
     this._text.rows = 8;
-    this._text.placeholder = '[6.5, 3.0, 5.8, 2.2]';
+    this._text.placeholder = BODY_HINT;
     this._file.type = 'file';
     this._file.name = 'file';
     this.node.append(
@@ -76,13 +80,26 @@ export class TryItView extends Widget {
       ),
       element('pre', 'jp-ServeTry-curl'),
       this._status,
-      this._answer,
+      this._error,
       this._downloadRow,
       this._image,
-      this._canvas
+      this._canvas,
+      this._raw
+    );
+    const copy = button(
+      'Copy',
+      'jp-ServeTry-copyAnswer',
+      () => this._copyAnswer(),
+      'Copy the answer'
+    );
+    copy.addEventListener('click', event => event.preventDefault()); // no toggle
+    this._raw.append(
+      element('summary', 'jp-ServeTry-rawTitle', {}, 'Answer ', copy),
+      this._answer
     );
     this._setKind('json');
     this._clearBlob();
+    this._error.hidden = true;
     this._canvas.hidden = true;
     this._canvas.width = CANVAS_WIDTH;
     for (const input of [this._text, this._file, this._route]) {
@@ -116,6 +133,7 @@ export class TryItView extends Widget {
 
   dispose(): void {
     this._clearBlob();
+    this._dismissFailure();
     super.dispose();
   }
 
@@ -193,14 +211,12 @@ export class TryItView extends Widget {
     this._status.setAttribute('data-status', String(response.status));
     this._clearBlob();
     this._canvas.hidden = true;
+    this._raw.open = true;
     if (!response.ok) {
-      const error = await errorMessage(response);
-      setText(this._answer, error.message);
-      Notification.error(`${this.modelName}: ${error.message}`, {
-        autoClose: 10000
-      });
+      await this._showFailure(response);
       return;
     }
+    this._dismissFailure();
     const view = answerView(type);
     if (view.kind !== 'text') {
       this._showBlob(await response.blob(), view);
@@ -214,13 +230,39 @@ export class TryItView extends Widget {
     }
     const text = await response.text();
     const json = parseJSON(text);
-    setText(
-      this._answer,
-      json === undefined ? text : JSON.stringify(json, null, 2)
-    );
+    setText(this._answer, json === undefined ? text : formatJSON(json));
     if (this._route.value === 'explanations' && json !== undefined) {
       await this._showHeatmap(json);
     }
+  }
+
+  /** TorchServe's message and the server's cause, here and in a notification. */
+  private async _showFailure(response: Response): Promise<void> {
+    const error = await errorMessage(response);
+    const key = `${this.modelName}/${this.modelVersion}`;
+    const hint =
+      response.status === 404 ? didYouMean(key, await this._served()) : '';
+    const text = error.detail + hint;
+    this._dismissFailure();
+    setText(this._answer, text);
+    setText(this._error, text);
+    this._error.hidden = false;
+    this._failure = notifyError(`${this.modelName}: ${text}`);
+  }
+
+  /** The last failure's notification and message go once a send succeeds. */
+  private _dismissFailure(): void {
+    if (this._failure) {
+      Notification.dismiss(this._failure);
+      this._failure = '';
+    }
+    this._error.hidden = true;
+    setText(this._error, '');
+  }
+
+  private _copyAnswer(): void {
+    Clipboard.copyToSystem(this._answer.textContent ?? '');
+    Notification.info('Copied the answer', { autoClose: 3000 });
   }
 
   /** Drop the last answer's blob: URL and hide the image and the download link. */
@@ -255,32 +297,14 @@ export class TryItView extends Widget {
   private async _showHeatmap(answer: unknown): Promise<void> {
     const like = this._kind === 'file' ? null : inputGrid(this._text.value);
     const grid = attributionGrid(answer, like);
-    if (grid === null) {
-      return;
-    }
-    const context = this._canvas.getContext('2d');
-    if (context === null) {
-      return;
-    }
-    const height = Math.round((CANVAS_WIDTH * grid.length) / grid[0].length);
-    this._canvas.height = height;
-    context.imageSmoothingEnabled = false;
-    context.fillStyle = 'white';
-    context.fillRect(0, 0, CANVAS_WIDTH, height);
     const file = this._kind === 'file' ? this._file.files?.[0] : undefined;
-    if (file && file.type.startsWith('image/')) {
-      context.drawImage(
-        await createImageBitmap(file),
-        0,
-        0,
-        CANVAS_WIDTH,
-        height
-      );
-    } else if (like !== null) {
-      await drawPixels(context, greyPixels(like), like, height);
+    if (
+      grid !== null &&
+      (await drawHeatmap(this._canvas, grid, { file, like }))
+    ) {
+      this._canvas.hidden = false;
+      this._raw.open = false; // the map first; the numbers stay one click away
     }
-    await drawPixels(context, heatPixels(grid), grid, height);
-    this._canvas.hidden = false;
   }
 
   private _kind: Kind = 'json';
@@ -290,6 +314,9 @@ export class TryItView extends Widget {
   private _file = element('input', 'jp-ServeTry-file');
   private _status = element('div', 'jp-ServeTry-status');
   private _answer = element('pre', 'jp-ServeTry-answer');
+  private _raw = element('details', 'jp-ServeTry-raw', { open: '' });
+  private _error = element('div', 'jp-ServeTry-error', { role: 'alert' });
+  private _failure = '';
   private _image = element('img', 'jp-ServeTry-image', { alt: 'the answer' });
   private _download = element(
     'a',
@@ -315,20 +342,4 @@ function parseJSON(text: string): unknown {
   } catch {
     return undefined;
   }
-}
-
-/** Draw RGBA pixels of a grid over the whole canvas width, nearest-neighbour scaled. */
-async function drawPixels(
-  context: CanvasRenderingContext2D,
-  pixels: Uint8ClampedArray,
-  grid: Grid,
-  height: number
-): Promise<void> {
-  const image = new ImageData(
-    new Uint8ClampedArray(pixels),
-    grid[0].length,
-    grid.length
-  );
-  const bitmap = await createImageBitmap(image);
-  context.drawImage(bitmap, 0, 0, CANVAS_WIDTH, height);
 }

@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 
 import {
   DOWNLOAD_TYPE,
+  formatJSON,
   RASTER_TYPES,
   answerView,
   mediaType,
@@ -62,5 +63,27 @@ describe('viewBlob', () => {
     expect(viewBlob(bytes, answerView('image/png; x=y')).type).toBe(
       'image/png'
     );
+  });
+});
+
+describe('formatJSON', () => {
+  it('keeps a flat array on one line inside indented objects', () => {
+    expect(formatJSON({ a: [1, 2], b: { c: 'x' } })).toBe(
+      '{\n  "a": [1, 2],\n  "b": {\n    "c": "x"\n  }\n}'
+    );
+  });
+
+  it('writes a grid one row per line', () => {
+    const grid = [
+      [0.5, -1],
+      [2, 0]
+    ];
+    expect(formatJSON(grid)).toBe('[\n  [0.5, -1],\n  [2, 0]\n]');
+    expect(formatJSON(grid).split('\n')).toHaveLength(4);
+  });
+
+  it('reads back as the same value, strings with commas included', () => {
+    const value = { s: ['a,b', null, true], e: [], o: {} };
+    expect(JSON.parse(formatJSON(value))).toEqual(value);
   });
 });

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 
-import { FigureHistory, sparklinePoints } from '../src/history';
+import { FigureHistory, sparkLegend, sparklinePoints } from '../src/history';
 import { summary, version } from './fixtures';
 
 describe('FigureHistory', () => {
@@ -46,5 +46,20 @@ describe('sparklinePoints', () => {
   it('lays all-zero figures on the bottom line and draws nothing without data', () => {
     expect(sparklinePoints([0, 0], 10, 8, 2)).toBe('0.0,8.0 10.0,8.0');
     expect(sparklinePoints([], 10, 8)).toBe('');
+  });
+});
+
+describe('sparkLegend', () => {
+  it('names the peaks and the latest values', () => {
+    const legend = sparkLegend({ throughput: [1, 12.5, 3], latency: [8.2, 4] });
+    expect(legend.throughput).toBe('req/s, peak 12.5');
+    expect(legend.latency).toBe('p50, peak 8.2 ms');
+    expect(legend.latest).toContain('now: 3.00 req/s, p50 4.0 ms');
+  });
+
+  it('writes dashes before any refresh', () => {
+    const legend = sparkLegend({ throughput: [], latency: [] });
+    expect(legend.throughput).toBe('req/s, peak –');
+    expect(legend.latency).toBe('p50, peak –');
   });
 });

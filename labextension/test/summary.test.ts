@@ -6,6 +6,7 @@ import {
   formatMs,
   formatRate,
   modelKey,
+  servedFrom,
   statusText
 } from '../src/summary';
 import { summary, version } from './fixtures';
@@ -61,5 +62,20 @@ describe('versions', () => {
     );
     expect(statusText(two)).toBe('Serving: 2 models · 3.50 req/s');
     expect(statusText(summary(version()))).toBe('Serving: 1 model · 0 req/s');
+  });
+});
+
+describe('servedFrom', () => {
+  it('names the versions registered from a store file, by name or path', () => {
+    const models = [
+      version({ modelUrl: 'demo-2.0.mar', modelVersion: '2.0' }),
+      version({ modelUrl: '/srv/store/demo-2.0.mar', modelVersion: '3.0' }),
+      version({ modelUrl: 'other-demo-2.0.mar', modelVersion: '4.0' })
+    ];
+    expect(servedFrom('demo-2.0.mar', models)).toEqual([
+      'demo/2.0',
+      'demo/3.0'
+    ]);
+    expect(servedFrom('none.mar', models)).toEqual([]);
   });
 });
