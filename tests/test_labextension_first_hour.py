@@ -124,6 +124,9 @@ def test_the_panel_fits_the_default_sidebar_width(lab: Lab, server: LabServer) -
     expect(demo.locator(".jp-ServeModel-legendRps")).to_have_text(re.compile(r"req/s, peak \d"))
     expect(demo.locator(".jp-ServeModel-legendP50")).to_have_text(re.compile(r"p50, peak \d"))
     expect(spark.locator("title")).to_have_text(re.compile(r"now: .* req/s, p50 "))
+    memory = demo.locator(".jp-ServeModel-memory")  # each worker's own share, as the widget
+    expect(memory).to_have_text(re.compile(r"^memory: \d+ MiB own$"))
+    expect(memory).to_have_attribute("title", re.compile(r"what one more worker costs \(PSS\)"))
     lab.page.locator(".jp-ServePanel-pause").click()
     expect(lab.page.locator(".jp-ServePanel-pause")).to_have_text("Resume")
     register = _box(lab.page.locator(".jp-ServePanel-register"))

@@ -14,6 +14,7 @@ import { button, element, setAttribute, setText, svgElement } from './dom';
 import { ISeries, sparkLegend, sparklinePoints } from './history';
 import {
   IModelSummary,
+  describeMemory,
   describeWorkers,
   formatFill,
   formatMs,
@@ -55,6 +56,7 @@ export class ModelCard {
     });
     this._status = element('span', 'jp-ServeModel-status');
     this._workers = element('div', 'jp-ServeModel-workers');
+    this._memory = element('div', 'jp-ServeModel-memory');
     this._cause = element('div', 'jp-ServeModel-cause', { role: 'status' });
     this._cause.hidden = true;
     this._throughput = svgElement('polyline', {
@@ -80,6 +82,7 @@ export class ModelCard {
         this._status
       ),
       this._workers,
+      this._memory,
       this._cause,
       this._figureList(),
       this._sparkline(),
@@ -110,6 +113,10 @@ export class ModelCard {
     setText(this._status, model.status);
     setText(this._workers, `workers: ${describeWorkers(model)}`);
     setAttribute(this._workers, 'data-ready', String(model.workerCounts.ready));
+    const memory = describeMemory(model);
+    setText(this._memory, memory.text);
+    setAttribute(this._memory, 'title', memory.title);
+    this._memory.hidden = !memory.text;
     for (const [id, , format] of FIGURES) {
       setText(this._figures.get(id)!, format(model));
     }
@@ -195,6 +202,7 @@ export class ModelCard {
   private _default: HTMLElement;
   private _status: HTMLElement;
   private _workers: HTMLElement;
+  private _memory: HTMLElement;
   private _throughput: SVGPolylineElement;
   private _latency: SVGPolylineElement;
   private _setDefault: HTMLButtonElement;

@@ -12,7 +12,10 @@ export interface IWorkerSummary {
   status: string;
   device: string;
   pid: number | null;
+  /** Resident size (RSS), as TorchServe's describe reports it. */
   memoryUsage: number | null;
+  /** The worker's own share (PSS): what one more worker costs. */
+  memoryOwn?: number | null;
 }
 
 export interface IWorkerCounts {
@@ -101,6 +104,34 @@ export function describeWorkers(model: IModelSummary): string {
   const devices = [...new Set(model.workers.map(worker => worker.device))];
   const on = devices.length ? ` (${devices.join(', ')})` : '';
   return `${counts.ready} ready · ${counts.starting} starting · ${counts.failed} failed${on}`;
+}
+
+/** What the memory figure counts (the tooltip of the card's memory line). */
+export const OWN_MEMORY_HINT =
+  "Each worker's own memory: its private pages plus its share of the pages it " +
+  'shares with the worker factory and the other workers (torch, mapped weights), ' +
+  'which is what one more worker costs (PSS). Resident sizes (RSS), which count ' +
+  'the shared pages in full: ';
+
+/** The version's memory line and its tooltip: each worker's own share, in MiB. */
+export function describeMemory(model: IModelSummary): {
+  text: string;
+  title: string;
+} {
+  const measured = model.workers.filter(worker => (worker.memoryOwn ?? 0) > 0);
+  if (!measured.length) {
+    return { text: '', title: '' };
+  }
+  const own = measured.map(worker => mebibytes(worker.memoryOwn ?? 0));
+  const rss = measured.map(worker => mebibytes(worker.memoryUsage ?? 0));
+  return {
+    text: `memory: ${own.join(' + ')} MiB own`,
+    title: `${OWN_MEMORY_HINT}${rss.join(' + ')} MiB.`
+  };
+}
+
+function mebibytes(bytes: number): string {
+  return (bytes / 2 ** 20).toFixed(0);
 }
 
 /** "1 model", "2 models". */

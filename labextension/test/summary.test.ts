@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 
 import {
+  describeMemory,
   describeWorkers,
   formatFill,
   formatMs,
@@ -52,6 +53,40 @@ describe('versions', () => {
     expect(describeWorkers(model)).toBe(
       '1 ready · 1 starting · 1 failed (cpu, gpu)'
     );
+  });
+
+  it("shows each worker's own memory, and its resident size on hover", () => {
+    const mib = 2 ** 20;
+    const model = version({
+      workers: [
+        {
+          id: '1',
+          status: 'READY',
+          device: 'cpu',
+          pid: 1,
+          memoryUsage: 190 * mib,
+          memoryOwn: 96 * mib
+        },
+        {
+          id: '2',
+          status: 'READY',
+          device: 'cpu',
+          pid: 2,
+          memoryUsage: 180 * mib,
+          memoryOwn: 11 * mib
+        }
+      ]
+    });
+    const memory = describeMemory(model);
+    expect(memory.text).toBe('memory: 96 + 11 MiB own');
+    expect(memory.title).toContain('what one more worker costs (PSS)');
+    expect(memory.title).toMatch(/190 \+ 180 MiB\.$/);
+    const unmeasured = version({
+      workers: [
+        { id: '1', status: 'READY', device: 'cpu', pid: 1, memoryUsage: 5 }
+      ]
+    });
+    expect(describeMemory(unmeasured)).toEqual({ text: '', title: '' });
   });
 
   it('says how many models serve and their total rate in the status bar', () => {
