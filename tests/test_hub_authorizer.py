@@ -11,8 +11,11 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from jupyter_server.auth.authorizer import AllowAllAuthorizer
+from jupyter_server.auth.identity import IdentityProvider
 
 from jupyter_serve.hub import HubScopesAuthorizer, grants, required_scope, scopes_allow
+from jupyter_serve.routes.admission import fast_path_applies
 
 OWNER = "ann"
 EXECUTE = "custom:jupyter_server:execute:serve"
@@ -123,3 +126,16 @@ def test_jupyterhubs_user_carries_the_model_the_authorizer_reads() -> None:
     assert user.hub_user is model
     assert authorizer().is_authorized(None, user, "execute", "serve")
     assert not authorizer().is_authorized(None, user, "write", "serve")
+
+
+def test_the_fast_paths_stay_off_under_a_hub() -> None:
+    """Only jupyter_server's stock provider with allow-all lets a fast path answer
+    (routes/admission.py); under a hub every request takes the full route, authorizer and all."""
+    extension = pytest.importorskip("jupyterhub.singleuser.extension")
+    hub = SimpleNamespace(identity_provider=extension.JupyterHubIdentityProvider(),
+                          authorizer=authorizer())  # fmt: skip
+    assert not fast_path_applies(hub)
+    stock = SimpleNamespace(identity_provider=IdentityProvider(token="t"), authorizer=authorizer())
+    assert not fast_path_applies(stock)
+    stock.authorizer = AllowAllAuthorizer()
+    assert fast_path_applies(stock)  # the one case they serve
