@@ -183,14 +183,15 @@ def schemathesis_config(path: Path) -> Path:
 
 def test_schemathesis_default_checks_pass_against_a_real_server(tmp_path: Path) -> None:
     """A bounded run (fixed seed, 20 examples per operation, all default phases and checks)
-    over `GET serve/api-description` of a real `jupyter serve`, with no model registered."""
+    over `GET serve/api-description` of a real `jupyter serve`, with no model registered.
+    No `--url`: schemathesis finds the serve prefix in the document's `servers`."""
     server = ServeProcess(tmp_path).start()
     try:
         st = Path(sys.executable).with_name("st")
         url = f"{server.url}serve"
         run = subprocess.run(
             [str(st), "--config-file", str(schemathesis_config(tmp_path / "st.toml")), "run",
-             f"{url}/api-description", "--url", url, "-H", f"Authorization: token {TOKEN}",
+             f"{url}/api-description", "-H", f"Authorization: token {TOKEN}",
              "--max-examples", "20", "--seed", "1", "--generation-database", "none",
              "--request-timeout", "30"],
             cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False,
@@ -198,6 +199,7 @@ def test_schemathesis_default_checks_pass_against_a_real_server(tmp_path: Path) 
     finally:
         server.stop()
     assert run.returncode == 0, run.stdout[-6000:]
+    assert re.search(rf"Base URL:\s+{re.escape(url)}\s", run.stdout), run.stdout[:2000]
     selected = re.search(r"Selected: (\d+)/(\d+)\s+Tested: (\d+)", run.stdout)
     assert selected is not None, run.stdout[-2000:]
     assert selected[1] == selected[2] == selected[3]  # every operation it found was tested
