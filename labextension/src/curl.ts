@@ -14,16 +14,33 @@
  *   standard input (`-`);
  * - no credential: the token is read from `$JUPYTER_TOKEN`, which the user sets
  *   themselves, and any user:password or `token` query parameter in the URL is
- *   dropped.
+ *   dropped. Under JupyterHub (`hub.ts`) no such token exists: the command reads
+ *   `$HUB_TOKEN` instead, after a comment line naming the hub's token page and
+ *   inference keys, the two things the user can set it to.
  */
+
+import { IHubContext } from './hub';
 
 export type TryBody =
   | { kind: 'json'; text: string }
   | { kind: 'text'; text: string }
   | { kind: 'file'; name: string; type: string };
 
+/** The variable the command reads the token from: the user sets it, never the panel. */
+export function tokenVariable(hub: IHubContext | null): string {
+  return hub ? 'HUB_TOKEN' : 'JUPYTER_TOKEN';
+}
+
 /** The one header that authenticates: from the environment, never a literal token. */
-export const AUTH_HEADER = '-H "Authorization: token $JUPYTER_TOKEN"';
+export function authHeader(hub: IHubContext | null): string {
+  return `-H "Authorization: token $${tokenVariable(hub)}"`;
+}
+
+/** Under a hub, the comment line saying where `$HUB_TOKEN` comes from. */
+export function hubNote(hub: IHubContext): string {
+  const page = hub.tokenPage.replace(/[\p{Cc}\p{Cf}\p{Zl}\p{Zp}]/gu, '');
+  return `# HUB_TOKEN: a token from ${page} or an inference key of this server`;
+}
 
 /** A character shown literally would act on a terminal or hide text (newline excepted). */
 const UNSHOWN = /((?!\n)[\p{Cc}\p{Cf}\p{Zl}\p{Zp}])/u;
@@ -81,14 +98,22 @@ function dataOption(body: TryBody): string {
   return `--data-binary ${shellQuote(`@${name}`)}`;
 }
 
-/** `curl` sending `body` to `url` (an absolute URL) with the token from the environment. */
-export function curlCommand(url: string, body: TryBody): string {
+/**
+ * `curl` sending `body` to `url` (an absolute URL) with the token from the
+ * environment; under `hub`, `$HUB_TOKEN` after a line saying where to get one.
+ */
+export function curlCommand(
+  url: string,
+  body: TryBody,
+  hub: IHubContext | null = null
+): string {
   const type = contentTypeOf(body).replace(/[\r\n]+/g, ' ');
-  return [
+  const command = [
     'curl -X POST',
-    AUTH_HEADER,
+    authHeader(hub),
     `-H ${shellQuote(`Content-Type: ${type}`)}`,
     dataOption(body),
     shellQuote(withoutCredentials(url))
   ].join(' \\\n  ');
+  return hub ? `${hubNote(hub)}\n${command}` : command;
 }

@@ -7,19 +7,22 @@
  * Copy button). A failed request shows TorchServe's message and the server's
  * `cause` (the handler's exception) in the tab and in a notification that the
  * next successful send dismisses; a 404 offers the closest served model version.
- * It also shows (and copies) the equivalent `curl` command, with the token left out.
+ * It also shows (and copies) the equivalent `curl` command, with the token left out
+ * (under JupyterHub, `hub.ts`, it reads `$HUB_TOKEN` and says where to get one).
  */
 
 import { Clipboard, Notification } from '@jupyterlab/apputils';
+import { PageConfig } from '@jupyterlab/coreutils';
 import { Widget } from '@lumino/widgets';
 
 import { notifyError } from './actions';
 import { AnswerView, answerView, formatJSON, viewBlob } from './answer';
 import { answerServe, errorMessage, serveUrl, servePath } from './api';
-import { TryBody, contentTypeOf, curlCommand } from './curl';
+import { TryBody, contentTypeOf, curlCommand, tokenVariable } from './curl';
 import { button, element, setText } from './dom';
 import { CANVAS_WIDTH, drawHeatmap } from './heatcanvas';
 import { attributionGrid, inputGrid } from './heatmap';
+import { IHubContext, hubContext } from './hub';
 import { didYouMean } from './typos';
 
 type Kind = TryBody['kind'];
@@ -182,7 +185,12 @@ export class TryItView extends Widget {
 
   private _curl(): string {
     const url = new URL(serveUrl(this._path()), window.location.href).href;
-    return curlCommand(url, this._body());
+    return curlCommand(url, this._body(), this._hub());
+  }
+
+  /** The hub this page runs under (its proxy is then the page's own origin), or null. */
+  private _hub(): IHubContext | null {
+    return hubContext(PageConfig.getOption, window.location.origin);
   }
 
   private _showCurl(): void {
@@ -196,7 +204,8 @@ export class TryItView extends Widget {
     const command = this._curl();
     this._showCurl();
     Clipboard.copyToSystem(command);
-    Notification.info('Copied the curl command (set JUPYTER_TOKEN first)', {
+    const variable = tokenVariable(this._hub());
+    Notification.info(`Copied the curl command (set ${variable} first)`, {
       autoClose: 3000
     });
   }

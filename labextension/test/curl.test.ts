@@ -9,8 +9,10 @@ import {
   contentTypeOf,
   curlCommand,
   shellQuote,
+  tokenVariable,
   withoutCredentials
 } from '../src/curl';
+import { IHubContext } from '../src/hub';
 
 const URL = 'http://127.0.0.1:8888/base/serve/predictions/demo/1.0';
 
@@ -19,7 +21,11 @@ function curlArgs(shell: string[], command: string, cwd: string): string[] {
   const script = `curl() { printf '%s\\0' "$@"; }\n${command}\n`;
   const out = execFileSync(shell[0], [...shell.slice(1), '-c', script], {
     cwd,
-    env: { PATH: process.env.PATH ?? '', JUPYTER_TOKEN: 'from-env' },
+    env: {
+      PATH: process.env.PATH ?? '',
+      JUPYTER_TOKEN: 'from-env',
+      HUB_TOKEN: 'from-hub-env'
+    },
     stdio: ['ignore', 'pipe', 'pipe']
   });
   return out.toString('utf8').split('\0').slice(0, -1);
@@ -102,6 +108,58 @@ describe('curlCommand', () => {
     });
     expect(command).toContain("-H 'Content-Type: x/y X-Evil: 1'");
   });
+});
+
+describe('curlCommand under JupyterHub', () => {
+  const HUB: IHubContext = { tokenPage: 'https://hub.example/hub/token' };
+  const HUB_URL = 'https://hub.example/user/ann/serve/predictions/demo';
+
+  it('reads $HUB_TOKEN, after a line naming the token page and inference keys', () => {
+    const command = curlCommand(HUB_URL, { kind: 'json', text: '[1]' }, HUB);
+    expect(command).toBe(
+      [
+        '# HUB_TOKEN: a token from https://hub.example/hub/token or an inference key of this server',
+        [
+          'curl -X POST',
+          '-H "Authorization: token $HUB_TOKEN"',
+          "-H 'Content-Type: application/json'",
+          "--data-raw '[1]'",
+          `'${HUB_URL}'`
+        ].join(' \\\n  ')
+      ].join('\n')
+    );
+    expect(command).not.toContain('JUPYTER_TOKEN');
+    expect(tokenVariable(HUB)).toBe('HUB_TOKEN');
+    expect(tokenVariable(null)).toBe('JUPYTER_TOKEN');
+  });
+
+  it('keeps the note to one comment line whatever the token page holds', () => {
+    const odd = { tokenPage: 'https://hub.example/x\ntouch y\u202e' };
+    const command = curlCommand(HUB_URL, { kind: 'text', text: '' }, odd);
+    expect(command.split('\n')[0]).toBe(
+      '# HUB_TOKEN: a token from https://hub.example/xtouch y or an inference key of this server'
+    );
+    expect(command.split('\n')[1]).toBe('curl -X POST \\');
+  });
+
+  for (const shell of [['bash', '--norc', '--noprofile'], ['dash']]) {
+    it(`runs in ${shell[0]} with the hub token from the environment`, () => {
+      const cwd = mkdtempSync(join(tmpdir(), 'curl-hub-'));
+      onTestFinished(() => rmSync(cwd, { recursive: true, force: true }));
+      const command = curlCommand(HUB_URL, { kind: 'text', text: 'hi' }, HUB);
+      expect(curlArgs(shell, command, cwd)).toEqual([
+        '-X',
+        'POST',
+        '-H',
+        'Authorization: token from-hub-env',
+        '-H',
+        'Content-Type: text/plain; charset=utf-8',
+        '--data-raw',
+        'hi',
+        HUB_URL
+      ]);
+    });
+  }
 });
 
 describe('shellQuote', () => {
