@@ -1,14 +1,6 @@
-"""A real JupyterHub 6 for end-to-end tests: configurable-http-proxy, SimpleLocalProcessSpawner,
-single-user servers running jupyter_serve with `HubScopesAuthorizer`.
-
-`HubProcess` writes a `jupyterhub_config.py` into its folder (database, cookie secret,
-proxy token and pid files all live there), starts `jupyterhub` on loopback with free
-ports, and waits on its log for "JupyterHub is now running" (`FollowedLines`, no
-polling). A test service (`tester`, token `SERVICE_TOKEN`) may create tokens and start
-servers; `spawn` starts a user's server through the hub API and waits on the hub's
-progress event stream until the hub says it is ready (the stream ends there, or with
-a failure, or at the hub's own spawn timeout). `stop` ends the hub, which stops the
-proxy and the servers it spawned; anything still running after it is killed.
+"""A real JupyterHub 6 for end-to-end tests: bench/hub_launcher.py's `Hub` (configurable-
+http-proxy, SimpleLocalProcessSpawner, single-user servers running jupyter_serve), plus
+what only the tests do with it: log in through the hub's login page as a browser would.
 
 `available()` says why these tests cannot run here (no `configurable-http-proxy`, no
 jupyterhub), or None.
@@ -17,108 +9,21 @@ jupyterhub), or None.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
-import json
-import os
-import shutil
-import signal
-import subprocess
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
-import psutil
-from followed_lines import FollowedLines
-from serve_process import free_port
 
-SERVICE_TOKEN = "hub-e2e-service-token"
-RUNNING = "JupyterHub is now running at"
-WAIT = 120.0  # seconds: only a guard against a hub or server that never gets there
-PROXY = "configurable-http-proxy"
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+
+from hub_launcher import SERVICE_TOKEN, WAIT, Hub, available
+
+__all__ = ["SERVICE_TOKEN", "HubProcess", "available"]
 
 
-def available() -> str | None:
-    """Why a real hub cannot run here, or None."""
-    if importlib.util.find_spec("jupyterhub") is None:
-        return "jupyterhub is not installed (pip install -e '.[test]')"
-    if shutil.which(PROXY) is None:
-        return f"{PROXY} is not on PATH (npm install -g {PROXY}@5; scripts/test does)"
-    return None
-
-
-def _config(folder: Path, ports: Mapping[str, int], hub: Mapping[str, Any]) -> str:
-    """The hub's config: loopback, the given ports, everything kept in `folder`; `hub`
-    adds `c.<Class>.<trait> = value` settings (values Python literals can spell)."""
-    singleuser = Path(sys.executable).with_name("jupyterhub-singleuser")
-    settings: dict[str, Any] = {
-        "JupyterHub.ip": "127.0.0.1",
-        "JupyterHub.port": ports["public"],
-        "JupyterHub.hub_ip": "127.0.0.1",
-        "JupyterHub.hub_port": ports["hub"],
-        "JupyterHub.db_url": f"sqlite:///{folder / 'jupyterhub.sqlite'}",
-        "JupyterHub.cookie_secret_file": str(folder / "cookie_secret"),
-        "JupyterHub.pid_file": str(folder / "jupyterhub.pid"),
-        "JupyterHub.spawner_class": "simple",
-        "ConfigurableHTTPProxy.command": [str(shutil.which(PROXY))],
-        "ConfigurableHTTPProxy.api_url": f"http://127.0.0.1:{ports['proxy_api']}",
-        "ConfigurableHTTPProxy.auth_token": os.urandom(16).hex(),
-        "ConfigurableHTTPProxy.pid_file": str(folder / "proxy.pid"),
-        "SimpleLocalProcessSpawner.home_dir_template": str(folder / "home" / "{username}"),
-        "Spawner.cmd": [str(singleuser)],
-        "Spawner.ip": "127.0.0.1",
-        **hub,
-    }
-    lines = [f"c.{name} = {value!r}" for name, value in settings.items()]
-    return "\n".join(["c = get_config()  # noqa", *lines]) + "\n"
-
-
-class HubProcess:
-    """One `jupyterhub` subprocess (and, through it, the proxy and single-user servers)."""
-
-    def __init__(self, folder: Path, hub: Mapping[str, Any]) -> None:
-        folder.mkdir(parents=True, exist_ok=True)
-        secret = folder / "cookie_secret"
-        secret.write_text(os.urandom(32).hex())
-        secret.chmod(0o600)
-        ports = {"public": free_port(), "hub": free_port(), "proxy_api": free_port()}
-        (folder / "jupyterhub_config.py").write_text(_config(folder, ports, hub))
-        self.url = f"http://127.0.0.1:{ports['public']}"
-        hub_bin = Path(sys.executable).with_name("jupyterhub")
-        self.process = subprocess.Popen(
-            [str(hub_bin), "-f", str(folder / "jupyterhub_config.py")],
-            cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, "PATH": f"{hub_bin.parent}{os.pathsep}{os.environ['PATH']}"},
-        )  # fmt: skip
-        assert self.process.stderr is not None
-        self.stderr = FollowedLines(self.process.stderr)
-
-    def log(self) -> str:
-        return self.stderr.text()
-
-    def start(self) -> HubProcess:
-        """Wait until the hub says it is running (its proxy is up then)."""
-        found = self.stderr.wait_for(RUNNING, 1, WAIT)
-        assert found, f"the hub never started:\n{self.log()}"
-        return self
-
-    def client(self, token: str | None = None) -> httpx.Client:
-        """A client of the proxy's public address, with `token` (a hub token) if given."""
-        headers = {"Authorization": f"token {token}"} if token else {}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=WAIT)
-
-    def api(self, method: str, path: str, **kw: Any) -> Any:
-        """A hub API call as the test service; the JSON answer (2xx required)."""
-        with self.client(SERVICE_TOKEN) as client:
-            answer = client.request(method, f"/hub/api/{path}", **kw)
-        assert answer.is_success, (method, path, answer.status_code, answer.text)
-        return answer.json() if answer.content else None
-
-    def token(self, user: str) -> str:
-        """A new API token of `user`, with every permission the user has."""
-        made = self.api("POST", f"users/{user}/tokens", json={"note": "hub e2e"})
-        return str(made["token"])
+class HubProcess(Hub):
+    """The hub, with a browser's login."""
 
     @contextlib.contextmanager
     def browser(self, user: str, password: str, page: str) -> Iterator[httpx.Client]:
@@ -132,41 +37,3 @@ class HubProcess:
             opened = client.get(page)
             assert opened.is_success, (opened.url, opened.status_code)
             yield client
-
-    def spawn(self, user: str) -> None:
-        """Start `user`'s default server and wait on the hub's progress events until it is
-        ready (the hub has then checked it answers and routed the proxy to it)."""
-        self.api("POST", f"users/{user}/server")
-        events = []
-        with (
-            self.client(SERVICE_TOKEN) as client,
-            client.stream("GET", f"/hub/api/users/{user}/server/progress") as stream,
-        ):
-            for line in stream.iter_lines():
-                if not line.startswith("data:"):
-                    continue
-                events.append(json.loads(line.removeprefix("data:")))
-                if events[-1].get("ready") or events[-1].get("failed"):
-                    break
-        assert events, self.log()
-        assert events[-1].get("ready"), f"{events}\n{self.log()}"
-
-    def stop(self) -> None:
-        """Stop the hub (it stops its proxy and servers), then kill whatever outlived it."""
-        children = self._descendants()
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=WAIT)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=WAIT)
-        self.stderr.close(WAIT)
-        for child in children:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                child.kill()
-
-    def _descendants(self) -> Sequence[psutil.Process]:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            return psutil.Process(self.process.pid).children(recursive=True)
-        return []

@@ -16,7 +16,10 @@ the reason, when jupyterhub or configurable-http-proxy is missing, unless CI=tru
 
 from __future__ import annotations
 
+import html
+import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -47,7 +50,6 @@ def hub_settings(folder: Path) -> dict[str, object]:
         "JupyterHub.authenticator_class": "dummy",
         "DummyAuthenticator.password": PASSWORD,
         "JupyterHub.custom_scopes": {scope: {"description": scope} for scope in SCOPES},
-        "JupyterHub.services": [{"name": "tester", "api_token": "hub-e2e-service-token"}],
         "JupyterHub.load_roles": [
             {"name": "tester", "services": ["tester"], "scopes": TESTER},
             {"name": "ann-predict", "users": ["bob"], "scopes": [access, *predict]},
@@ -196,3 +198,24 @@ def test_the_openapi_document_names_the_servers_prefix(
     with hub.client(tokens["bob"]) as bob:
         document = bob.get(f"{SERVE}/api-description").json()
     assert [server["url"] for server in document["servers"]] == [SERVE]
+
+
+def page_config(page: str) -> dict[str, str]:
+    """The JSON JupyterLab's `PageConfig` reads: the `jupyter-config-data` script's."""
+    found = re.search(r'<script id="jupyter-config-data"[^>]*>(.*?)</script>', page, re.S)
+    assert found, page[:2000]
+    config: dict[str, str] = json.loads(html.unescape(found.group(1)))
+    return config
+
+
+def test_the_lab_page_tells_the_panel_it_runs_under_the_hub(hub: HubProcess) -> None:
+    """The options labextension/src/hub.ts reads are in the page, and name the hub's token
+    page, which opens for the logged-in user (the panel's curl note links it)."""
+    with hub.browser("ann", PASSWORD, "/user/ann/lab") as browser:
+        config = page_config(browser.get("/user/ann/lab").text)
+        assert (config["hubPrefix"], config["hubHost"]) == ("/hub/", "")
+        assert (config["hubUser"], config["hubServerName"]) == ("ann", "")
+        assert config["baseUrl"] == "/user/ann/"  # the panel's serve URL is under it
+        token_page = browser.get(f"{config['hubHost']}{config['hubPrefix']}token")
+        assert token_page.status_code == 200
+        assert "API Tokens" in token_page.text
