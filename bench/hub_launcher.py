@@ -97,6 +97,7 @@ class Hub:
 
     def __init__(self, folder: Path, hub: Mapping[str, Any]) -> None:
         folder.mkdir(parents=True, exist_ok=True)
+        self.folder = folder
         secret = folder / "cookie_secret"
         secret.write_text(os.urandom(32).hex())
         secret.chmod(0o600)

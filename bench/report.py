@@ -158,6 +158,20 @@ def ratios(results: Record) -> dict[str, float | None]:
         "server_rss_total_vs_torchserve_jvm": _ratio(js_rss, ts_rss),
         **memory_ratios(results.get("memory", {})),
         "stall_ms_worst": results.get("stall_summary", {}).get("stall_ms_worst"),
+        **hub_ratios(results.get("hub_summary", [])),
+    }
+
+
+def hub_ratios(rows: list[Record]) -> dict[str, float | None]:
+    """The hub part's (bench/hub.py): echo req/s under the hub over the token fast path."""
+
+    def rps(server: str, concurrency: int) -> Any:
+        return _value(rows, server, "echo", "batch8-5ms/1w", concurrency, "rps")
+
+    return {
+        f"hub_{way}_rps_vs_token_lane{suffix}": _ratio(rps(f"hub_{way}", c), rps("token_lane", c))
+        for way in ("direct", "proxy")
+        for c, suffix in ((32, ""), (1, "_c1"))
     }
 
 
@@ -301,6 +315,9 @@ def markdown(results: Record) -> str:
         ("RSS after each configuration's load", _worker_lines(results)),
         ("In-process forward (samples/s, the limit)", _inprocess_lines(results)),
         ("Stall probe (longest Jupyter /api/status answer per case, ms)", _stall_lines(results)),
+        ("Under JupyterHub (echo; token_lane: the fast path outside a hub; hub_proxy: through "
+         "configurable-http-proxy; hub_direct: the single-user server's own port)",
+         _points_table(results.get("hub_summary", []))),
     ]  # fmt: skip
     parts = [f"# jupyter_serve vs TorchServe 0.12: {meta['date']} ({meta['mode']})",
              f"\nMachine: {meta['machine']}"]  # fmt: skip

@@ -1,6 +1,7 @@
 """Benchmark jupyter_serve against TorchServe 0.12 and the in-process limit, in one run.
 
-    python bench/run.py [--quick|--memory|--stall] [--no-torchserve] [--no-omp1] [--soak] --out out.json
+    python bench/run.py [--quick|--memory|--stall|--hub] [--no-torchserve] [--no-omp1] [--soak]
+                        --out out.json
 
 Builds echo / mlp / cnn `.mar` files once with jupyter_serve's archiver and
 serves the SAME files from `jupyter serve` and from TorchServe 0.12.0 (its own
@@ -15,12 +16,16 @@ Full mode also runs both servers with OMP_NUM_THREADS=1 ("+omp1") for the
 server's process tree, one more worker, 200 MiB of weights at 1 and 4 workers,
 register to ready with 1 and 2 workers), then the stall probe (bench/stall.py: the
 longest wait of Jupyter's own `/api/status` while the serve routes take worst-case
-requests, beside a bare Jupyter: `stall_ms_worst`). The load generator is pinned to the
+requests, beside a bare Jupyter: `stall_ms_worst`), then the hub part (bench/hub.py: echo
+predictions/s through a real JupyterHub's proxy and straight to its single-user server,
+against the token fast path outside a hub). The load generator is pinned to the
 last core while it measures. Writes the JSON (every point, the medians in
 `summary`, `ratios`) and a markdown report beside it (`.md`).
 `--quick` (the CI smoke check) takes about two minutes without TorchServe and
-skips the memory part and the stall probe; `--memory` runs only the memory part (a
-few minutes), `--stall` only the stall probe (about a minute, no TorchServe).
+skips the memory part, the stall probe and the hub part; `--memory` runs only the
+memory part (a few minutes), `--stall` only the stall probe (about a minute, no
+TorchServe), `--hub` only the hub part (a minute or two, no TorchServe; needs jupyterhub
+and configurable-http-proxy; with `--quick`, short points).
 """
 
 from __future__ import annotations
@@ -47,6 +52,8 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import hub
+import hub_launcher
 import loadgen
 import memory
 import report
@@ -158,6 +165,8 @@ class Runner:
             return self.run_memory()
         if self.args.stall:
             return self.run_stall()
+        if self.args.hub:
+            return self.run_hub()
         models = workloads.MODELS if self.args.quick else (*workloads.MODELS, workloads.BIG)
         workloads.build_store(self.store, models)
         self.inprocess("before serving")
@@ -176,6 +185,7 @@ class Runner:
         self.inprocess("after serving")
         if not self.args.quick:
             self.stall()
+            self.hub_part()
         self.results["summary"] = report.summarize(self.results["points"])
         self.results["ratios"] = report.ratios(self.results)
         return self.results
@@ -200,6 +210,30 @@ class Runner:
         self.results["summary"] = []
         self.results["ratios"] = report.ratios(self.results)
         return self.results
+
+    def run_hub(self) -> dict[str, Any]:
+        """Only the hub part (bench/hub.py)."""
+        workloads.build_store(self.store, (hub.MODEL,))
+        self.hub_part()
+        self.results["summary"] = []
+        self.results["ratios"] = report.ratios(self.results)
+        return self.results
+
+    def hub_part(self) -> None:
+        missing = hub_launcher.available()
+        if missing:
+            self.log(f"no hub part: {missing}")
+            self.results["hub_skipped"] = missing
+            return
+
+        def measure_point(server: servers.Server, load: loadgen.Target, concurrency: int,
+                          seconds: float) -> dict[str, Any]:  # fmt: skip
+            return measure(server, load, concurrency, seconds, self.plan)
+
+        points = hub.run(self.work / "hub", self.store, self.plan, measure_point,
+                         first_prediction, self.log)  # fmt: skip
+        self.results["hub"] = points
+        self.results["hub_summary"] = report.summarize(points)
 
     def stall(self) -> None:
         self.results["stall"] = stall.run(self.work, self.store, self.log)
@@ -364,8 +398,7 @@ def meta(args: argparse.Namespace) -> dict[str, Any]:
     memory = psutil.virtual_memory().total / (1 << 30)
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "mode": "memory" if args.memory else "stall" if args.stall else
-                "quick" if args.quick else "full",
+        "mode": next((m for m in ("memory", "stall", "hub", "quick") if getattr(args, m)), "full"),
         "machine": f"{os.cpu_count()} CPUs ({cpu}), {memory:.0f} GiB, Python "
         f"{platform.python_version()}, torch {torch_version}, load at start "
         f"{os.getloadavg()[0]:.2f}; shared and noisy: compare ratios, not absolutes",
@@ -380,6 +413,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="CI smoke: short points, 1 repeat")
     parser.add_argument("--memory", action="store_true", help="only the memory part (minutes)")
     parser.add_argument("--stall", action="store_true", help="only the stall probe (a minute)")
+    parser.add_argument("--hub", action="store_true", help="only the hub part (a minute or two)")
     parser.add_argument("--no-torchserve", dest="torchserve", action="store_false")
     parser.add_argument(
         "--omp1",
@@ -397,9 +431,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     soak.add_arguments(parser)
     args = parser.parse_args(argv)
     if args.omp1 is None:
-        args.omp1 = not (args.quick or args.memory or args.stall)
-    if args.stall:
-        args.torchserve = False  # the probe compares with a bare Jupyter, not TorchServe
+        args.omp1 = not (args.quick or args.memory or args.stall or args.hub)
+    if args.stall or args.hub:
+        args.torchserve = False  # these parts compare jupyter_serve with itself or Jupyter
+    if args.hub and hub_launcher.available():
+        parser.error(f"the hub part needs a hub: {hub_launcher.available()}")
     if args.torchserve and not servers.java_available():
         parser.error("TorchServe needs java on PATH (or pass --no-torchserve)")
     return args

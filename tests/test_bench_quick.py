@@ -1,5 +1,5 @@
 """The benchmark's CI smoke checks: `bench/run.py --quick --no-torchserve`, `--memory
---no-torchserve` and `--stall` complete and report.
+--no-torchserve`, `--stall` and `--hub --quick` complete and report.
 
 No thresholds: it checks that every jupyter_serve point ran with zero errors,
 that the ratios the issues name are all present (TorchServe's null without it),
@@ -19,10 +19,12 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import psutil
+import pytest
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 sys.path.insert(0, str(BENCH))
 
+import hub_launcher  # noqa: E402
 import loadgen  # noqa: E402
 
 RATIOS = (
@@ -135,6 +137,36 @@ def test_stall_probe_sends_every_case_to_both_servers_and_reports(tmp_path: Path
     summary = results["stall_summary"]
     assert results["ratios"]["stall_ms_worst"] == max(summary["stall_ms"].values())
     assert "## Stall probe" in out.with_suffix(".md").read_text()
+    assert leftovers(tmp_path) == []
+
+
+HUB_MISSING = hub_launcher.available()
+
+
+@pytest.mark.skipif(
+    HUB_MISSING is not None and os.environ.get("CI") != "true",
+    reason=f"a real JupyterHub is needed: {HUB_MISSING} (CI=true runs it anyway)",
+)
+def test_hub_run_measures_the_proxy_the_single_user_server_and_the_token_lane(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "hub.json"
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    argv = [sys.executable, str(BENCH / "run.py"), "--hub", "--quick", "--out", str(out)]
+    subprocess.run(argv, check=True, env=env, cwd=tmp_path, capture_output=True, timeout=600)
+    results = json.loads(out.read_text())
+    seen = {(p["server"], p["concurrency"]) for p in results["hub"]}
+    servers = ("token_lane", "hub_proxy", "hub_direct")
+    assert seen == {(server, c) for server in servers for c in (1, 32)}
+    assert all(p["errors"] == 0 and p["ok"] > 0 and p["rps"] > 0 for p in results["hub"])
+    ratios = results["ratios"]
+    for name in ("hub_direct_rps_vs_token_lane", "hub_proxy_rps_vs_token_lane"):
+        assert ratios[name] > 0
+        assert ratios[f"{name}_c1"] > 0
+    assert results["points"] == []
+    markdown = out.with_suffix(".md").read_text()
+    assert "## Under JupyterHub" in markdown
+    assert "| echo | batch8-5ms/1w | 32 | hub_direct |" in markdown
     assert leftovers(tmp_path) == []
 
 
