@@ -378,14 +378,19 @@ def test_unregister_asks_first(lab: Lab) -> None:
     expect(lab.card("demo", "2.0")).to_be_visible()
 
 
-def test_the_dashboard_widget_renders_in_a_notebook(lab: Lab) -> None:
-    lab.page.goto(f"{lab.server.lab_url}lab/tree/dashboard.ipynb")
+def wait_for_the_kernel(lab: Lab) -> None:
+    """Until the open notebook's kernel is idle (choosing it when asked)."""
     idle = lab.page.locator('.jp-Notebook-ExecutionIndicator[data-status="idle"]')
     asked = lab.page.locator(".jp-Dialog", has_text="Select Kernel")
     expect(idle.or_(asked).first).to_be_visible()
     if asked.is_visible():  # JupyterLab asks when the kernel specs came after the notebook
         lab.accept("Select")
     expect(idle).to_be_visible()
+
+
+def test_the_dashboard_widget_renders_in_a_notebook(lab: Lab) -> None:
+    lab.page.goto(f"{lab.server.lab_url}lab/tree/dashboard.ipynb")
+    wait_for_the_kernel(lab)
     lab.page.locator(".jp-Notebook .jp-Cell").first.click()  # the notebook is the current widget
     lab.page.locator(".lm-MenuBar-item", has_text="Run").click()
     run_all = lab.page.locator('.lm-Menu-item[data-command="runmenu:run-all"]')
@@ -399,8 +404,9 @@ def test_the_dashboard_widget_renders_in_a_notebook(lab: Lab) -> None:
 
 
 def test_the_panel_opens_in_notebook_7_from_the_palette(lab: Lab) -> None:
-    lab.page.goto(f"{lab.server.lab_url}notebooks/dashboard.ipynb")
+    lab.page.goto(f"{lab.server.lab_url}notebooks/dashboard.ipynb?token={TOKEN}")  # logged in
     lab.page.locator(".jp-Notebook").wait_for()
+    wait_for_the_kernel(lab)  # its start moves the focus to a cell, closing an open palette
     lab.page.locator(".lm-MenuBar-item", has_text="View").click()  # there once the app runs
     lab.page.locator('.lm-Menu-item[data-command="apputils:activate-command-palette"]').click()
     lab.page.locator(".lm-CommandPalette-input").fill("Open the Serving Panel")
