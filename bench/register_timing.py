@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import servers
 import workloads
-from run import first_prediction, target
+from points import first_prediction, target
 
 SETTINGS = {"forked": "--ServeApp.fork_workers=True", "fresh": "--ServeApp.fork_workers=False"}
 

@@ -31,24 +31,14 @@ and configurable-http-proxy; with `--quick`, short points).
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
-import datetime
-import importlib.metadata
 import json
-import os
-import platform
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -61,84 +51,12 @@ import servers
 import soak
 import stall
 import workloads
+from options import CONFIGS, Plan, meta, parse_args
+from points import first_prediction, measure, target
 
-CONFIGS = {"batch1/1w": (1, 5, 1), "batch8-5ms/1w": (8, 5, 1), "batch8/2w": (8, 5, 2)}
 OMP1 = {"OMP_NUM_THREADS": "1"}
 ALONGSIDE = report.ALONGSIDE
 CEILING_CONFIG = "batch8-5ms/1w"  # the echo configuration the tornado ceiling is measured in
-
-
-@dataclass(frozen=True)
-class Plan:
-    """How long and how often each point runs."""
-
-    concurrencies: tuple[int, ...]
-    repeats: int
-    seconds: float
-    cnn_seconds: float
-    warm_seconds: float
-    max_requests: int
-    inprocess_seconds: float
-    cnn_batches: str
-
-    @classmethod
-    def for_args(cls, args: argparse.Namespace) -> Plan:
-        if args.quick:
-            return cls((1, 32), 1, 1.0, 1.0, 0.3, 20_000, 0.3, "1,8")
-        return cls((1, 8, 32), args.repeats, args.seconds, 2 * args.seconds, 1.0, 200_000, 3.0,
-                   "1,8,32")  # fmt: skip
-
-
-@contextlib.contextmanager
-def pinned() -> Iterator[None]:
-    """Pin this thread (the load generator) to the last CPU while a point runs."""
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) > 1:
-        os.sched_setaffinity(0, {cpus[-1]})
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, set(cpus))
-
-
-def target(server: servers.Server, workload: workloads.Workload) -> loadgen.Target:
-    url = server.predict_url(workload.model)
-    headers = tuple(server.headers.items())
-    return loadgen.Target(url, workload.body, workload.content_type, headers, workload.check)
-
-
-def measure(server: servers.Server, load: loadgen.Target, concurrency: int, seconds: float,
-            plan: Plan, rate: float | None = None) -> dict[str, Any]:  # fmt: skip
-    """One point: the load generator's summary plus machine load and server CPU."""
-    psutil.cpu_percent()
-    cpu_before = server.cpu_seconds()
-    with pinned():
-        if rate:
-            run = loadgen.open_loop(load, rate, concurrency, plan.max_requests, seconds)
-        else:
-            run = loadgen.closed_loop(load, concurrency, plan.max_requests, seconds)
-        tally = asyncio.run(run)
-    used = server.cpu_seconds() - cpu_before
-    point: dict[str, Any] = tally.summary()
-    point["cpu_percent"] = psutil.cpu_percent()
-    point["load1"] = round(os.getloadavg()[0], 2)
-    point["cpu_ms_per_req"] = round(1000 * used / point["ok"], 3) if point["ok"] else None
-    return point
-
-
-def first_prediction(load: loadgen.Target, limit: float = 120.0) -> None:
-    async def once() -> bool:
-        connection = loadgen.Connection(load)
-        try:
-            status, body = await connection.exchange()
-        finally:
-            connection.close()
-        return load.check(status, body)
-
-    deadline = time.perf_counter() + limit
-    while not asyncio.run(once()):
-        if time.perf_counter() > deadline:
-            raise RuntimeError(f"no good prediction from {load.url}")
 
 
 class Runner:
@@ -388,57 +306,6 @@ def inprocess_run(model: str, batches: str, threads: int, processes: int,
         for batch, rate in json.loads(out)["samples_per_s"].items():
             total[batch] = round(total.get(batch, 0.0) + rate, 1)
     return total
-
-
-def meta(args: argparse.Namespace) -> dict[str, Any]:
-    # torch's version from its metadata: the runner never imports torch (workloads.py says why)
-    torch_version = importlib.metadata.version("torch")
-
-    cpu = platform.processor() or platform.machine()
-    memory = psutil.virtual_memory().total / (1 << 30)
-    return {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "mode": next((m for m in ("memory", "stall", "hub", "quick") if getattr(args, m)), "full"),
-        "machine": f"{os.cpu_count()} CPUs ({cpu}), {memory:.0f} GiB, Python "
-        f"{platform.python_version()}, torch {torch_version}, load at start "
-        f"{os.getloadavg()[0]:.2f}; shared and noisy: compare ratios, not absolutes",
-        "argv": sys.argv[1:],
-        "torchserve": args.torchserve,
-    }
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", required=True, help="results JSON (a .md report goes beside it)")
-    parser.add_argument("--quick", action="store_true", help="CI smoke: short points, 1 repeat")
-    parser.add_argument("--memory", action="store_true", help="only the memory part (minutes)")
-    parser.add_argument("--stall", action="store_true", help="only the stall probe (a minute)")
-    parser.add_argument("--hub", action="store_true", help="only the hub part (a minute or two)")
-    parser.add_argument("--no-torchserve", dest="torchserve", action="store_false")
-    parser.add_argument(
-        "--omp1",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="also run both servers with OMP_NUM_THREADS=1 (default: in full mode)",
-    )
-    parser.add_argument("--models", default="echo,mlp,cnn")
-    parser.add_argument("--configs", default=",".join(CONFIGS))
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=3.0, help="per point (cnn: twice)")
-    parser.add_argument("--rate", type=float, help="add an open-loop echo point at this req/s")
-    parser.add_argument("--keep", action="store_true", help="keep the work folder (logs)")
-    parser.add_argument("--soak", action="store_true", help="then soak: bench/soak.py's report")
-    soak.add_arguments(parser)
-    args = parser.parse_args(argv)
-    if args.omp1 is None:
-        args.omp1 = not (args.quick or args.memory or args.stall or args.hub)
-    if args.stall or args.hub:
-        args.torchserve = False  # these parts compare jupyter_serve with itself or Jupyter
-    if args.hub and hub_launcher.available():
-        parser.error(f"the hub part needs a hub: {hub_launcher.available()}")
-    if args.torchserve and not servers.java_available():
-        parser.error("TorchServe needs java on PATH (or pass --no-torchserve)")
-    return args
 
 
 def main() -> None:

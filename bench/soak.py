@@ -36,7 +36,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import loadgen
-import run
+import points
 import servers
 import workloads
 
@@ -120,7 +120,7 @@ async def sampler(pid: int, counts: Counts, end: float) -> None:
 
 
 async def drive(server: servers.JupyterServe, args: argparse.Namespace) -> dict[str, Any]:
-    load = run.target(server, workloads.workloads()[args.soak_model])
+    load = points.target(server, workloads.workloads()[args.soak_model])
     counts = Counts()
     began = time.perf_counter()
     end = began + args.soak_seconds

@@ -108,13 +108,23 @@ class Prober:
 
 
 def _v2_json(shape: list[int], datatype: str, data: str) -> bytes:
-    return ('{"inputs":[{"name":"x","shape":%s,"datatype":"%s","data":[%s]}]}'
-            % (json.dumps(shape), datatype, data)).encode()  # fmt: skip
+    tensor = {"name": "x", "shape": shape, "datatype": datatype, "data": "DATA"}
+    return json.dumps({"inputs": [tensor]}).replace('"DATA"', f"[{data}]").encode()
 
 
 def _binary_bool() -> tuple[bytes, str]:
-    header = json.dumps({"inputs": [{"name": "x", "shape": [BINARY_ELEMENTS], "datatype": "BOOL",
-                                     "parameters": {"binary_data_size": BINARY_ELEMENTS}}]})
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "x",
+                    "shape": [BINARY_ELEMENTS],
+                    "datatype": "BOOL",
+                    "parameters": {"binary_data_size": BINARY_ELEMENTS},
+                }
+            ]
+        }
+    )
     head = header.encode()  # fmt: skip
     return head + b"\x01" * BINARY_ELEMENTS, str(len(head))
 
@@ -235,4 +245,3 @@ def summary(results: dict[str, Any]) -> dict[str, Any]:
     added = {name: round(case["status_max_ms"] - bare[name]["status_max_ms"], 1)
              for name, case in serve.items() if name in bare}  # fmt: skip
     return {"stall_ms_worst": max(added.values(), default=None), "stall_ms": added}
-
