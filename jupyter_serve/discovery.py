@@ -17,7 +17,7 @@ and need its url and token. Discovery order:
    server whose runtime file is there (several: say which with ``--url``).
 
 The runtime files are read directly: importing `jupyter_server.serverapp` in a
-kernel costs seconds (tech-notes.md). Talking to the server once found is
+kernel costs seconds. Talking to the server once found is
 client.py's `ServeClient` (which re-exports these names); step 4 asks through it,
 imported when needed because client.py imports this module.
 """

@@ -7,7 +7,7 @@ bombs are refused) and 64 levels of nesting (so are self-referencing aliases).
 It is kept whole, as JSON-safe data (dates become ISO strings, mapping keys
 strings), for `context.model_yaml_config`.
 
-Keys read by the server, TorchServe's (contract §2.4), with the ModelSpec field::
+Keys read by the server, TorchServe 0.12's, with the ModelSpec field::
 
     minWorkers, maxWorkers     min_workers, max_workers   integers >= 0
     batchSize, jobQueueSize    batch_size, job_queue_size integers >= 1

@@ -3,7 +3,7 @@
 A `ModelSpec` is frozen and validated on construction (every bad value is a
 `BadRequest` saying what to change). Durations are SECONDS; TorchServe's
 milliseconds (REST `max_batch_delay`, yaml `maxBatchDelay`) are converted once,
-by `resolve_spec`, which merges with TorchServe's precedence (contract §2.4)::
+by `resolve_spec`, which merges with TorchServe's precedence::
 
     ServerDefaults (config.properties)  <  model-config.yaml  <  REST parameters
 

@@ -3,7 +3,8 @@
 `load_ts_config(path, env)` reads the file (`read_properties`), applies `TS_<KEY>`
 environment overrides when the file says `enable_envvars_config=true`
 (`apply_env_overrides`), and returns a frozen `TorchServeConfig` with typed fields
-(None = not set). The single-server keys jupyter_serve honours (contract §2.5)::
+(None = not set). The single-server keys of TorchServe 0.12's config.properties that
+jupyter_serve honours::
 
     model_store, load_models, models, number_of_gpu, default_workers_per_model,
     job_queue_size, max_request_size, max_response_size, default_response_timeout,

@@ -1,6 +1,6 @@
 """End to end: `jupyter serve` in a subprocess, real workers, driven over HTTP with httpx.
 
-Written against TorchServe's documented routes and messages (contract §1): the
+Written against TorchServe's documented routes and messages: the
 management calls a TorchServe client makes, predictions with a raw, JSON and
 multipart body, concurrent clients that share batches, a worker killed while it
 holds a request, workers forked from the worker factory (`fork_workers` keeps its

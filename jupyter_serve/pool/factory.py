@@ -1,7 +1,7 @@
 """`WorkerFactory`: the server's side of the worker factory, a fork server for new workers.
 
-A fresh worker spends most of its start in `import torch` (1.6 to 2.2 s here,
-tech-notes.md) and holds its own copy of torch's memory. The factory
+A fresh worker spends most of its start in `import torch` (bench/register_timing.py
+compares forked and fresh starts) and holds its own copy of torch's memory. The factory
 (``python -m jupyter_serve.worker.factory``, see jupyter_serve.worker.factory)
 imports torch and the handler runtime once and forks every new worker from
 there: the worker starts in milliseconds and shares torch's pages with it.

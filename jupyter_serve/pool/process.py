@@ -69,8 +69,7 @@ def cpu_threads_per_worker(workers: int, cores: int | None = None) -> int:
     """Torch threads for one of `workers` CPU workers sharing the machine's cores.
 
     Torch defaults every process to all cores; N workers then oversubscribe the CPU
-    (measured here: a CNN with 2 workers ran at 13.9 req/s with 2 threads each against
-    30.9 with 1, tech-notes.md). A model's `torchThreads` overrides this.
+    (bench/run.py's `+omp1` points measure the difference). A model's `torchThreads` overrides this.
     """
     available = cores if cores is not None else (os.cpu_count() or 1)
     return max(1, available // max(1, workers))

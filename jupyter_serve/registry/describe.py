@@ -1,6 +1,6 @@
 """TorchServe's JSON views of registered models: the describe objects and the model list.
 
-Key names and units follow contract §1.3/§1.4: `maxBatchDelay` in milliseconds,
+Key names and units follow TorchServe 0.12's describe answer: `maxBatchDelay` in milliseconds,
 `responseTimeout`/`startupTimeout`/`maxRetryTimeoutInSec` in whole seconds.
 Features jupyter_serve does not have (model parallelism, continuous batching,
 job tickets, venvs, stateful sequences) show TorchServe's off values.

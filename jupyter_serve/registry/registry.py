@@ -2,7 +2,7 @@
 
 Runs in the Jupyter server process (no tornado, no torch). Every method follows
 TorchServe's management API: its status codes and, where a client may compare
-them, its exact messages (contract §1.3 and §1.6). Methods that change what is
+them, its exact messages (TorchServe 0.12's management API). Methods that change what is
 registered return `(status, message)`; the routes wrap the message as
 `{"status": message}`. Failures raise `ServeError` subclasses.
 

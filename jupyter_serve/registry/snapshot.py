@@ -1,6 +1,6 @@
 """Model snapshots: what is registered, written after every change and read back at start.
 
-The file is TorchServe's `model_snapshot` JSON (contract §2.5)::
+The file is TorchServe's `model_snapshot` JSON::
 
     {"name": "...-snapshot", "modelCount": N, "created": <epoch ms>,
      "models": {name: {version: {"defaultVersion", "marName", "minWorkers", "maxWorkers",

@@ -1,6 +1,6 @@
 """Where a register `url` points: a file or folder in the model store, a download, a local path.
 
-TorchServe's rules and messages (contract §1.6), made stricter where TorchServe
+TorchServe's rules and messages for a register url, made stricter where TorchServe
 lets a client read the server's disk:
 
 * an empty url is `ModelNotFound("empty url")`; one with a NUL is TorchServe's 403;

@@ -1,7 +1,7 @@
 """The lean path for token-authenticated predictions: same auth, a fraction of the cost.
 
 A prediction through jupyter_server's `APIHandler` costs the Jupyter server about
-0.4 ms of CPU before the model is even asked (tech-notes.md, bench/RESULTS.md):
+most of its CPU per prediction before the model is even asked (bench/RESULTS.md):
 a `RequestHandler` per request, identity and authorizer lookups, XSRF and
 cookie logic, default headers, ETag and access-log machinery. A client that
 sends `Authorization: token T` (or `Bearer T`) needs none of that: jupyter_server

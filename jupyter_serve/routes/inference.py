@@ -48,9 +48,10 @@ class InferenceRoute(ServeRoute):
         """Prediction answers set no login cookie.
 
         jupyter_server re-signs and sends a login cookie on every token-authenticated
-        request that came without one, which API clients never send back (about 14% of
-        the server's CPU per prediction, tech-notes.md). Auth itself is unchanged: the
-        token (or a browser's existing cookie plus XSRF) is still checked every time.
+        request that came without one, which API clients never send back (a sizeable share
+        of the server's CPU per prediction: bench/profile_server.py shows it). Auth itself
+        is unchanged: the token (or a browser's existing cookie plus XSRF) is still checked
+        every time.
         """
 
     def _log(self) -> None:

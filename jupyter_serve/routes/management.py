@@ -1,6 +1,6 @@
 """Management routes: list, register, describe, scale, unregister, set-default.
 
-TorchServe's management API (contract §1.3) under `{base_url}serve/`:
+TorchServe's management API under `{base_url}serve/`:
 
 * ``GET models`` (limit, next_page_token) and ``POST models`` (register, from
   query args or a JSON body; see `params`);

@@ -1,6 +1,6 @@
 """Handler strings into running handlers: TorchServe's resolution rules, with clear errors.
 
-A handler string is ``module[:name]`` (TorchServe contract §2.3). The directory
+A handler string is ``module[:name]`` (TorchServe's handler string). The directory
 part and a ``.py`` suffix are dropped, and the module is imported with the model
 directory first on `sys.path`:
 
