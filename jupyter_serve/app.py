@@ -48,6 +48,7 @@ from .models import BatchPolicy, ServerDefaults
 from .pool import WorkerFactory, WorkerPool
 from .registry import ModelRegistry, RegistryConfig
 from .routes import ROUTES
+from .routes.access_log import quiet_successful_predictions
 from .routes.admission import fast_path_applies
 from .routes.fastpath import fast_rules, fast_targets
 from .routes.lane import Lane, LaneWriter
@@ -143,6 +144,8 @@ class ServeApp(ServeAppTraits, ExtensionApp):
         prefix = self.url_prefix.strip("/")
         self.handlers.extend((url_path_join(prefix, pattern), route) for pattern, route in ROUTES)
         serverapp = self.serverapp
+        if serverapp is not None:
+            quiet_successful_predictions(serverapp.web_app.settings)
         if self.fast_predictions and serverapp is not None:
             web_app = serverapp.web_app
             rules = fast_rules(serverapp.base_url, prefix, serverapp, web_app.settings)

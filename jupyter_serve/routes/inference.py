@@ -41,6 +41,7 @@ class InferenceRoute(ServeRoute):
 
     _exchange: Exchange | None = None
     _gone = False  # the client closed the connection
+    quiet_when_ok = True  # successes skip the access log (routes/access_log.py)
 
     # ---- the hot path: what jupyter_server does per request that predictions don't need ----
 
@@ -53,16 +54,6 @@ class InferenceRoute(ServeRoute):
         is unchanged: the token (or a browser's existing cookie plus XSRF) is still checked
         every time.
         """
-
-    def _log(self) -> None:
-        """Successful predictions skip jupyter_server's access log; errors are still logged.
-
-        Their counts and latencies are in /metrics (TorchServe's names) instead.
-        `_log` is tornado's private access-log step: pyproject.toml pins tornado's major
-        version for it.
-        """
-        if self.get_status() >= 400:
-            super()._log()
 
     async def respond(self, prepare: Callable[[], Job]) -> None:
         """Answer one prediction request (`prepare` names the model and builds the request
