@@ -102,7 +102,12 @@ def _registermedian(
 
 
 def _rss_max(rss: list[Record], server: str) -> int | None:
-    values = [r["server_rss"] for r in rss if r["server"] == server]
+    """The largest RSS of `server`'s serving processes but its workers: the server process
+    and, for jupyter_serve, its worker factory (a JVM's counterpart: what serves, not what
+    runs the models)."""
+    values = [
+        r["server_rss"] + sum(r.get("factory_rss") or []) for r in rss if r["server"] == server
+    ]
     return max(values) if values else None
 
 

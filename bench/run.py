@@ -170,7 +170,7 @@ class Runner:
         bare = servers.BareJupyter(self.work / "bare", self.store)
         try:
             bare.start()
-            self.results["baseline_rss"]["jupyter_server"] = servers.tree_rss(bare.server_pid)
+            self.results["baseline_rss"]["jupyter_server"] = servers.process_rss(bare.server_pid)
         finally:
             bare.stop()
 
@@ -203,7 +203,7 @@ class Runner:
         self.servers[name] = server
         seconds = server.start()
         self.results["cold_start"][name] = round(seconds, 3)
-        self.results["idle_rss"][name] = servers.tree_rss(server.server_pid)
+        self.results["idle_rss"][name] = servers.process_rss(server.server_pid)
         self.log(f"{name} healthy after {seconds:.2f} s")
 
     def run_config(self, model: str, config: str) -> None:

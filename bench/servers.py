@@ -77,7 +77,8 @@ def ensure_torchserve_venv(log: Path) -> Path:
     return bin_dir
 
 
-def tree_rss(pid: int) -> int:
+def process_rss(pid: int) -> int:
+    """The resident size of one process (not its children), in bytes; 0 once it is gone."""
     try:
         return int(psutil.Process(pid).memory_info().rss)
     except psutil.NoSuchProcess:
@@ -197,8 +198,8 @@ class Server:
 
     def rss(self) -> dict[str, int | list[int]]:
         return {
-            "server": tree_rss(self.server_pid),
-            "workers": [tree_rss(pid) for pid in self.worker_pids()],
+            "server": process_rss(self.server_pid),
+            "workers": [process_rss(pid) for pid in self.worker_pids()],
         }
 
     def cpu_seconds(self) -> float:
@@ -297,7 +298,7 @@ class JupyterServe(Server):
         return [c.pid for c in children if FACTORY in _command(c)]
 
     def rss(self) -> dict[str, int | list[int]]:
-        return {**super().rss(), "factory": [tree_rss(pid) for pid in self.factory_pids()]}
+        return {**super().rss(), "factory": [process_rss(pid) for pid in self.factory_pids()]}
 
 
 def _command(process: psutil.Process) -> str:
