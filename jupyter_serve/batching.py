@@ -47,7 +47,6 @@ __all__ = [
     "ChunkSink",
     "Pending",
     "no_worker_message",
-    "queue_full",
 ]
 
 ChunkSink = Callable[[InferenceResult], None]
@@ -138,19 +137,13 @@ class Batcher:
         """
         if self._closed is not None:
             raise copy.copy(self._closed)
-        self.check_room(1)
+        if len(self._queue) >= self.job_queue_size and self._prune() >= self.job_queue_size:
+            raise queue_full(self.model_name)
         loop = asyncio.get_running_loop()
         item = Pending(request, deadline, loop.create_future(), loop.time(), command, on_chunk)
         self._queue.append(item)
         self._arrived.set()
         return item.future
-
-    def check_room(self, count: int) -> None:
-        """Raise `queue_full` unless the queue takes `count` more requests now (a route
-        submitting several asks first, so none is queued when not all of them fit)."""
-        size = self.job_queue_size
-        if len(self._queue) + count > size and self._prune() + count > size:
-            raise queue_full(self.model_name)
 
     async def next_batch(self) -> list[Pending]:
         """Wait for the first item, then form a batch by the policy; never empty.

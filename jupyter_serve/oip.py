@@ -12,9 +12,10 @@ in input order, little-endian; BYTES elements are each a 4-byte length and the
 bytes. Outputs go binary when the request asks (`binary_data_output: true` in its
 parameters, or `binary_data: true` in a requested output's), the same way round.
 
-The server reads a binary request in two steps: `split_binary_request` checks the sizes
-and counts the elements (`element_count`) without building any, so a route can refuse
-too many before `read_elements` decodes them a slice at a time.
+A binary request is read in two steps (worker/kserve_codec.py): `split_binary_request`
+checks the sizes and `element_count` counts the elements without building any, so the
+worker can refuse too many before `read_elements` decodes them a slice at a time.
+`read_binary_request` and `decode_elements` do both at once.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ ELEMENT_FORMATS = {
     "BOOL": "?", "UINT8": "B", "UINT16": "H", "UINT32": "I", "UINT64": "Q", "INT8": "b",
     "INT16": "h", "INT32": "i", "INT64": "q", "FP16": "e", "FP32": "f", "FP64": "d", "BF16": "H",
 }  # fmt: skip
-CHUNK = 16384  # the most elements one struct call packs (the server decodes row by row)
+CHUNK = 16384  # the most elements one struct call packs or one block of JSON holds
 DEFAULT_MAX_TENSOR_ELEMENTS = 2**22
 """The server's default cap on one request's tensor elements and nesting lists
 (`max_tensor_elements`): any FP32 image batch a default `max_request_size` body holds,

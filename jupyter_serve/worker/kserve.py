@@ -35,7 +35,16 @@ from ..oip import BINARY_HEADER, BINARY_TYPE, DEFAULT_MAX_TENSOR_ELEMENTS
 from ..protocol import KSERVE_HEADER, InferenceRequest, InferenceResult
 from .failures import error_result, format_traceback
 from .inputs import UNDECODABLE
-from .kserve_codec import JSON_TYPE, Items, Limits, v1_answer, v1_items, v2_answer, v2_items
+from .kserve_codec import (
+    JSON_TYPE,
+    TOO_DEEP,
+    Items,
+    Limits,
+    v1_answer,
+    v1_items,
+    v2_answer,
+    v2_items,
+)
 
 __all__ = ["Forwarded", "expand"]
 
@@ -121,7 +130,7 @@ def _open(request: InferenceRequest, marker: str, entry: Opened) -> list[Inferen
         entry.answer = error_result(request.request_id, error)
         return []
     except RecursionError:
-        entry.answer = error_result(request.request_id, BadRequest("The body nests too deeply."))
+        entry.answer = error_result(request.request_id, BadRequest(TOO_DEEP))
         return []
     except Exception as exc:  # nothing a request contains may end the worker (inputs.py)
         print(format_traceback(exc), file=sys.stderr, flush=True)

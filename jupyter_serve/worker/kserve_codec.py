@@ -1,18 +1,19 @@
-"""KServe v1 and v2 envelopes into batch rows, and results into answers: all off the loop.
+"""KServe v1 and v2 envelopes into batch rows, and results into answers (worker side).
 
-Every function here costs time in the size of a body or an answer, so the KServe
-routes (`routes/kserve.py`) call them through `DECODES.run` (`routes/offloop.py`):
-in a thread, a bounded number at a time. What they may build is bounded before
-they build it:
+Every function here costs time in the size of a body or an answer, so they run in
+the worker (`worker/kserve.py` opens the requests the server forwards unopened),
+never on the Jupyter server's loop. What they may build is bounded before they
+build it:
 
 * an envelope with more items (v1 instances, v2 inputs) than the model's queue
-  takes now is refused with the queue's own 503 (`batching.queue_full`) before one
-  item is built: each item is one job, and a job the queue refuses fails them all;
+  took when the request was queued is refused with the queue's own 503
+  (`errors.queue_full`) before one item is built;
 * a v2 request's elements (and the lists its shapes nest them in) stay within
   `max_tensor_elements`, and its shapes must describe its data
-  (`routes/kserve_tensors.py`), checked before anything is shaped or decoded;
-* each item's fields are encoded as the JSON the handler's row carries right here,
-  so the loop only queues ready bytes.
+  (`worker/kserve_tensors.py`), checked before anything is shaped or decoded;
+* each item's fields are encoded as the JSON parameters the handler's row is
+  decoded from (`worker/inputs.py`), as for a prediction with a JSON body, so a
+  handler with `decode_input_request` off sees the same bytes.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """KServe v2 inputs as the handler's batch rows, their cost refused before it is paid.
 
 A v2 input reaches the handler as one row whose `data` is nested to the input's
-`shape` (routes/kserve.py). Nesting is where a tiny request could cost the most:
+`shape` (worker/kserve.py). Nesting is where a tiny request could cost the most:
 `"shape": [4000000, 0]` with no data at all asks for four million empty lists. So,
 from the shape and the element count alone (a binary input's byte size, found without
 decoding it; a JSON input's leaves), before anything is decoded or nested:
@@ -16,8 +16,8 @@ decoding it; a JSON input's leaves), before anything is decoded or nested:
 
 The shaped data is then written straight as the JSON text the row carries (exactly
 what `json.dumps` writes for the nested lists), a block of about `CHUNK` elements and
-lists at a time, so no single call holds the GIL long (routes/offloop.py runs this in
-a thread). A BYTES input passes its first element, as TorchServe's `kservev2` does.
+lists at a time, so the worker never holds the whole nested tensor besides its text.
+A BYTES input passes its first element, as TorchServe's `kservev2` does.
 """
 
 from __future__ import annotations
