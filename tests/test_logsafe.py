@@ -123,6 +123,18 @@ async def test_form_fields_named_token_or_xsrf_never_reach_the_handler(
                                 headers={"Content-Type": "application/x-www-form-urlencoded",
                                          "X-Mode": "seen"})  # fmt: skip
         assert json.loads(answer.body)["keys"] == ["data"], path
+    parts = [
+        ("data", "", "1"),
+        ("_xsrf", 'filename="x.txt"', "x"),
+        ("token", 'filename="t.txt"', token),
+    ]  # uploaded files under those names too
+    body = "".join(f'--B\r\nContent-Disposition: form-data; name="{name}"'
+                   f"{'; ' + extra if extra else ''}\r\n\r\n{value}\r\n"
+                   for name, extra, value in parts) + "--B--\r\n"  # fmt: skip
+    answer = await jp_fetch("serve", "predictions", "probe", method="POST", body=body,
+                            headers={"Content-Type": "multipart/form-data; boundary=B",
+                                     "X-Mode": "seen"})  # fmt: skip
+    assert json.loads(answer.body)["keys"] == ["data"]
 
 
 def test_worker_lines_reach_the_server_log_escaped(caplog: pytest.LogCaptureFixture) -> None:

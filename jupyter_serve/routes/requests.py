@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 import secrets
+from typing import TypeVar
 
 from tornado.httputil import HTTPServerRequest
 
@@ -35,6 +36,7 @@ FORM_TYPES = ("multipart/form-data", "application/x-www-form-urlencoded")
 CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "x-xsrftoken", "x-csrftoken"})
 NOT_FORWARDED = CREDENTIAL_HEADERS | {KSERVE_HEADER.lower()}  # ours only: the server sets it
 CREDENTIAL_ARGUMENTS = frozenset({"token", "_xsrf"})
+Values = TypeVar("Values")
 """Arguments jupyter_server takes credentials from (`?token=`, a form's `_xsrf`)."""
 
 
@@ -92,8 +94,9 @@ def handler_headers(request: HTTPServerRequest) -> dict[str, str]:
     }
 
 
-def handler_arguments(arguments: dict[str, list[bytes]]) -> dict[str, list[bytes]]:
-    """Query or form arguments a handler may see: all but those carrying credentials."""
+def handler_arguments(arguments: dict[str, Values]) -> dict[str, Values]:
+    """Query arguments, form fields or files a handler may see: all but those named as
+    jupyter_server's credentials are."""
     return {name: values for name, values in arguments.items()
             if name not in CREDENTIAL_ARGUMENTS}  # fmt: skip
 
@@ -106,9 +109,7 @@ def _parameters(request: HTTPServerRequest) -> list[Parameter]:
     for name, values in handler_arguments(request.body_arguments).items():
         if values:
             fields[name] = Parameter(name, "", values[-1])
-    for name, files in request.files.items():
-        if name in CREDENTIAL_ARGUMENTS:
-            continue
+    for name, files in handler_arguments(request.files).items():
         if files:
             upload = files[-1]
             fields[name] = Parameter(name, upload.content_type or "", upload.body)
