@@ -17,7 +17,7 @@ from route_models import gate, register, release, release_if_waiting, serve_stat
 from tornado.httpclient import HTTPClientError, HTTPResponse
 
 from jupyter_serve.models import RegisterParams
-from jupyter_serve.routes.summary import version_status
+from jupyter_serve.routes.summary import model_summary, version_status
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
 HANG_GUARD = 60.0  # seconds; only stops a broken worker from hanging the suite
@@ -122,6 +122,32 @@ async def test_a_loading_worker_then_healthy(
         assert _row(await _summary(jp_fetch), "slow", "1.0")["status"] == "healthy"
     finally:
         await release_if_waiting(fifo)
+
+
+BROKEN = """
+raise ValueError("bad weights")  # every worker fails to load
+
+
+def handle(data, context):
+    return data
+"""
+
+
+async def test_a_version_whose_workers_fail_says_why(jp_fetch: Fetch, jp_serverapp: Any) -> None:
+    """The newest failed load's cause, as a failed register's error JSON says it, for the
+    panel's card; null while no worker is failing."""
+    await register(jp_serverapp, name="broken", source=BROKEN, workers=0)
+    assert _row(await _summary(jp_fetch), "broken", "1.0")["cause"] is None
+    await jp_fetch("serve", "models", "broken", method="PUT", params={"min_worker": 1}, body="")
+    registry, _ = serve_state(jp_serverapp)
+    model = registry.get("broken")
+    await asyncio.wait_for(model.pool.wait_until(lambda p: p.last_load_failure is not None),
+                           HANG_GUARD)  # fmt: skip
+    restarting = model_summary(model, {"workers": []}, True, {})  # between two of its loads
+    assert restarting["workerCounts"]["failed"] == 1
+    assert restarting["cause"] == "ValueError: bad weights"
+    starting = model_summary(model, {"workers": [{"id": "9000", "status": "UNLOADING"}]}, True, {})
+    assert starting["cause"] is None  # nothing failing right now: no cause shown
 
 
 async def test_many_models_are_all_listed(jp_fetch: Fetch, jp_serverapp: Any) -> None:

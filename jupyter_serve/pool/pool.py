@@ -84,6 +84,7 @@ class WorkerPool:
         self.min_workers = 0
         self.max_workers = 0
         self.log = WorkerLog(spec.model_name, log_buffer)
+        self.last_load_failure: WorkerLoadError | None = None  # the newest failed load
         self._backoff = tuple(backoff) or (0,)
         self._on_metrics = on_metrics
         self._on_load = on_load
@@ -288,10 +289,12 @@ class WorkerPool:
             await worker.start()
         except WorkerLoadError as error:
             self.log.emit(worker.id, f"Load failed: {error.message}", logging.WARNING)
+            self.last_load_failure = error
             return error
         except Exception as exc:  # a bug must not end the slot: report it, back off, retry
             LOGGER.exception("Starting worker %s failed", worker.id)
-            return WorkerLoadError(f"Cannot start worker {worker.id}: {exc!r}")
+            self.last_load_failure = WorkerLoadError(f"Cannot start worker {worker.id}: {exc!r}")
+            return self.last_load_failure
         return None
 
     async def _pause(self, slot: Slot, delay: float) -> None:

@@ -11,9 +11,9 @@ what it keeps of the workers' output, lives in registry.py.
 from __future__ import annotations
 
 from ..errors import OutOfResources, ServeError
-from ..pool import ScaleResult
+from ..pool import ScaleResult, WorkerLoadError
 
-__all__ = ["load_cause", "start_failure"]
+__all__ = ["failure_cause", "load_cause", "start_failure"]
 
 CAUSE_LENGTH = 300  # characters of a worker's reason kept in the answer
 
@@ -27,10 +27,13 @@ def start_failure(result: ScaleResult, name: str, version: str) -> ServeError:
 
 
 def load_cause(result: ScaleResult) -> str | None:
-    """The first failed worker's reason: its traceback's last line, else its message."""
-    for failure in result.failures:
-        lines = [line.strip() for line in failure.traceback.splitlines() if line.strip()]
-        cause = lines[-1] if lines else failure.message
-        if cause:
-            return cause[:CAUSE_LENGTH]
-    return None
+    """The first failed worker's reason (`failure_cause`)."""
+    return next(filter(None, map(failure_cause, result.failures)), None)
+
+
+def failure_cause(failure: WorkerLoadError) -> str | None:
+    """Why a worker failed to load: its traceback's last line (the handler's exception),
+    else its message; the panel shows it on the card of a failing version too."""
+    lines = [line.strip() for line in failure.traceback.splitlines() if line.strip()]
+    cause = lines[-1] if lines else failure.message
+    return cause[:CAUSE_LENGTH] if cause else None

@@ -10,7 +10,7 @@ route answers what the panel shows in one request, read from the registry and
                  "torchserveStatus", "minWorkers", "maxWorkers", "batchSize",
                  "maxBatchDelay", "deviceType", "workers": [{"id", "status",
                  "device", "pid", "memoryUsage", "memoryOwn", "gpuUsage"}],
-                 "workerCounts": {"target", "ready", "starting", "failed"},
+                 "workerCounts": {"target", "ready", "starting", "failed"}, "cause",
                  "queue": {"pending", "remainingCapacity"}, "requests",
                  "throughputRps", "latencyMs": {"p50", "p99"}, "batchFill"}, ...],
      "totals": {"models", "versions", "workersReady", "throughputRps",
@@ -18,8 +18,10 @@ route answers what the panel shows in one request, read from the registry and
 
 A worker's `memoryUsage` is describe's (resident size, as TorchServe reports it);
 `memoryOwn` is its own share (proportional set size, `pool/stats.py`): what one more
-worker costs. The panel and the notebook dashboard (`widgets/`) both read this
-answer, so they show the same figures at the same moment.
+worker costs. `cause` says why the workers of a version with failed ones failed
+(the newest failed load, as a failed register's error JSON says it:
+registry/start_failure.py), else null. The panel and the notebook dashboard
+(`widgets/`) both read this answer, so they show the same figures at the same moment.
 
 `status` is the panel's word for a version: ``healthy`` (every wanted worker
 ready), ``loading`` (workers still starting), ``degraded`` (some serving, some
@@ -36,6 +38,7 @@ from typing import Any
 from ..pool.stats import pss_bytes
 from ..registry import Model
 from ..registry.describe import model_status
+from ..registry.start_failure import failure_cause
 from .access import READ, allow
 from .base import ServeRoute
 
@@ -90,6 +93,7 @@ def model_summary(
         **{key: described.get(key) for key in _DESCRIBED},
         "workers": workers,
         "workerCounts": {"target": target, "ready": ready, "starting": starting, "failed": failed},
+        "cause": _cause(model) if failed else None,
         "queue": {
             "pending": model.batcher.pending_count,
             "remainingCapacity": model.batcher.remaining_capacity,
@@ -99,6 +103,11 @@ def model_summary(
         "latencyMs": {"p50": latency.get("p50"), "p99": latency.get("p99")},
         "batchFill": stats.get("batch_fill"),
     }
+
+
+def _cause(model: Model) -> str | None:
+    failure = model.pool.last_load_failure
+    return None if failure is None else failure_cause(failure)
 
 
 _DESCRIBED = ("minWorkers", "maxWorkers", "batchSize", "maxBatchDelay", "deviceType", "modelUrl")

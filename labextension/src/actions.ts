@@ -26,7 +26,6 @@ import {
   requestServe,
   servePath
 } from './api';
-import { versionCause } from './causes';
 import {
   IRegisterDefaults,
   IRegisterOptions,
@@ -106,12 +105,8 @@ export function followWorkers(
       return true;
     }
     if (model.status === 'failed') {
-      void versionCause(model).then(cause =>
-        finish(
-          `${label}: the workers failed to start${cause ? ` (cause: ${cause})` : '; see the log'}`,
-          'error'
-        )
-      );
+      const cause = model.cause ? ` (cause: ${model.cause})` : '; see the log';
+      finish(`${label}: the workers failed to start${cause}`, 'error');
       return true;
     }
     const message = `${label}: ${counts.ready}/${target} workers ready, ${counts.starting} starting`;

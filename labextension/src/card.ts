@@ -2,7 +2,7 @@
  * `ModelCard`: one model version in the Serving panel. It builds its DOM once and
  * then only changes the texts and attributes whose values changed, so a refresh
  * every second never re-renders the panel (and keeps focus and selection).
- * A failed version shows why (`setCause`, from its log: causes.ts). The sparkline
+ * A version with failed workers shows why (the summary's `cause`). The sparkline
  * spans the card's width, with a legend naming each line and its peak, and its
  * tooltip saying the latest values.
  */
@@ -135,14 +135,9 @@ export class ModelCard {
     setText(this._throughputLegend, legend.throughput);
     setText(this._latencyLegend, legend.latency);
     setText(this._sparkTitle, legend.latest);
-    this._failed = model.workerCounts.failed > 0;
-    this._cause.hidden = !this._failed || !this._cause.textContent;
-  }
-
-  /** Why the version's workers failed (empty: not known, or not failing). */
-  setCause(cause: string): void {
+    const cause = model.workerCounts.failed > 0 ? (model.cause ?? '') : '';
     setText(this._cause, cause ? `cause: ${cause}` : '');
-    this._cause.hidden = !this._failed || !cause;
+    this._cause.hidden = !cause;
   }
 
   private _figureList(): HTMLElement {
@@ -186,7 +181,6 @@ export class ModelCard {
   }
 
   private _figures = new Map<string, HTMLElement>();
-  private _failed = false;
   private _cause: HTMLElement;
   private _sparkTitle = svgElement('title');
   private _throughputLegend = element('span', 'jp-ServeModel-legendRps');

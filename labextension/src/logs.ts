@@ -39,36 +39,3 @@ function sameRun(
   }
   return true;
 }
-
-/** `2024-01-01T00:00:00.000Z [model/worker] message` (jupyter_serve/pool/logs.py). */
-const LOG_LINE = /^\S+ \[(.*)\] ?(.*)$/;
-const TRACEBACK = 'Traceback (most recent call last):';
-const LOAD_FAILED = 'Load failed: ';
-
-/**
- * Why a version's workers failed, from its log: the exception line ending the
- * newest traceback a worker printed (the handler's exception, as
- * jupyter_serve/registry/start_failure.py takes it), else the newest
- * "Load failed: ..." note; null when the log says neither.
- */
-export function failureCause(lines: readonly string[]): string | null {
-  const inTraceback = new Set<string>();
-  let exception: string | null = null;
-  let loadFailed: string | null = null;
-  for (const line of lines) {
-    const match = LOG_LINE.exec(line);
-    if (match === null) {
-      continue;
-    }
-    const [, source, message] = match;
-    if (message === TRACEBACK) {
-      inTraceback.add(source);
-    } else if (message.startsWith(LOAD_FAILED)) {
-      loadFailed = message.slice(LOAD_FAILED.length);
-    } else if (inTraceback.has(source) && /^\S/.test(message)) {
-      exception = message; // the first unindented line ends the traceback
-      inTraceback.delete(source);
-    }
-  }
-  return exception ?? loadFailed;
-}

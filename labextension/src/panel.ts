@@ -2,15 +2,13 @@
  * `ServingPanel`: the left side panel. A header (pause/resume, refresh, register,
  * totals), a banner when the server cannot be read, and one `ModelCard` per
  * model version, kept by key across refreshes: new versions get a card, gone
- * ones lose theirs, the others only update their figures. A version with failed
- * workers gets the cause its log gives (causes.ts) on its card.
+ * ones lose theirs, the others only update their figures.
  */
 
 import { CommandRegistry } from '@lumino/commands';
 import { Widget } from '@lumino/widgets';
 
 import { ModelCard } from './card';
-import { FailureCauses } from './causes';
 import { CommandIDs } from './commandIds';
 import { button, element, setText } from './dom';
 import { ServingModel } from './model';
@@ -94,7 +92,6 @@ export class ServingPanel extends Widget {
   }
 
   private _onSummary(model: ServingModel, summary: ISummary): void {
-    this._causes.update(summary);
     const seen = new Set<string>();
     summary.models.forEach((version, index) => {
       const key = modelKey(version);
@@ -105,7 +102,6 @@ export class ServingPanel extends Widget {
         this._cards.set(key, card);
       }
       card.update(version, model.history.series(key));
-      card.setCause(this._causes.get(key));
       if (this._list.children[index] !== card.node) {
         this._list.insertBefore(card.node, this._list.children[index] ?? null);
       }
@@ -139,9 +135,6 @@ export class ServingPanel extends Widget {
   }
 
   private _cards = new Map<string, ModelCard>();
-  private _causes = new FailureCauses((key, cause) =>
-    this._cards.get(key)?.setCause(cause)
-  );
   private _pause: HTMLButtonElement;
   private _totals = element('div', 'jp-ServePanel-totals', {
     'aria-live': 'polite'

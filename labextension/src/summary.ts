@@ -39,6 +39,8 @@ export interface IModelSummary {
   modelUrl: string;
   workers: IWorkerSummary[];
   workerCounts: IWorkerCounts;
+  /** Why the failed workers failed (their newest failed load), else null. */
+  cause?: string | null;
   queue: { pending: number; remainingCapacity: number };
   requests: number;
   throughputRps: number;
