@@ -174,6 +174,20 @@ class LabServer(ServeProcess):
         )
 
 
+def playwright_expect() -> Any:
+    """playwright's `expect` with `TIMEOUT` as its guard, for a browser test module (which
+    is skipped when playwright is not installed)."""
+    expect = pytest.importorskip("playwright.sync_api").expect
+    expect.set_options(timeout=TIMEOUT)
+    return expect
+
+
+NEEDS_CHROMIUM = pytest.mark.skipif(
+    not Path(CHROMIUM).exists(), reason="needs Debian's chromium (scripts/test)"
+)
+"""The `pytestmark` of a browser test module."""
+
+
 @contextmanager
 def chromium() -> Iterator[Any]:
     """Debian's chromium through playwright; closed on exit."""

@@ -32,13 +32,12 @@ from lab_browser import (  # jp_*: pytest-jupyter's loop fixtures, switched off 
     jp_asyncio_loop,  # noqa: F401
     jp_server_cleanup,  # noqa: F401
     lab_settings,
+    playwright_expect,
 )
 
 from jupyter_serve.demo import build_demo
 
-playwright_api = pytest.importorskip("playwright.sync_api")
-expect = playwright_api.expect
-expect.set_options(timeout=TIMEOUT)
+expect = playwright_expect()
 MISSING = available() or (None if Path(CHROMIUM).exists() else f"no {CHROMIUM}")
 pytestmark = pytest.mark.skipif(
     MISSING is not None and os.environ.get("CI") != "true",

@@ -24,6 +24,7 @@ import pytest
 from lab_browser import (  # jp_*: pytest-jupyter's loop fixtures, switched off here
     BASE_URL,
     HEAT_HANDLER,
+    NEEDS_CHROMIUM,
     PANEL_SETTINGS,
     PRINTING_HANDLER,
     TIMEOUT,
@@ -33,18 +34,16 @@ from lab_browser import (  # jp_*: pytest-jupyter's loop fixtures, switched off 
     chromium,
     jp_asyncio_loop,  # noqa: F401
     jp_server_cleanup,  # noqa: F401
+    playwright_expect,
 )
 from lab_browser import picture as png
 from serve_process import TOKEN
 
 from jupyter_serve.demo import CONFIG
 
-playwright_api = pytest.importorskip("playwright.sync_api")
-expect = playwright_api.expect
-expect.set_options(timeout=TIMEOUT)
-pytestmark = pytest.mark.skipif(
-    not Path("/usr/bin/chromium").exists(), reason="needs Debian's chromium (scripts/test)"
-)
+expect = playwright_expect()
+PlaywrightError = pytest.importorskip("playwright.sync_api").Error
+pytestmark = NEEDS_CHROMIUM
 IRIS = "[6.5, 3.0, 5.8, 2.2]"
 # An SVG whose script marks the document it runs in and the page that holds it.
 SCRIPTED_SVG = (
@@ -360,7 +359,7 @@ def _ran_when_opened(lab: Lab, url: str) -> str | None:
         opened.wait_for_load_state()
         ran: str | None = opened.evaluate("() => document.documentElement.getAttribute('data-ran')")
         return ran
-    except playwright_api.Error:  # closed after its download: nothing was rendered
+    except PlaywrightError:  # closed after its download: nothing was rendered
         return None
     finally:
         opened.close()

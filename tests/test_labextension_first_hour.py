@@ -16,26 +16,22 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from lab_browser import (  # jp_*: pytest-jupyter's loop fixtures, switched off here
-    TIMEOUT,
+    NEEDS_CHROMIUM,
     Lab,
     LabServer,
     build_archive,
     chromium,
     jp_asyncio_loop,  # noqa: F401
     jp_server_cleanup,  # noqa: F401
+    playwright_expect,
 )
 
-playwright_api = pytest.importorskip("playwright.sync_api")
-expect = playwright_api.expect
-expect.set_options(timeout=TIMEOUT)
-pytestmark = pytest.mark.skipif(
-    not Path("/usr/bin/chromium").exists(), reason="needs Debian's chromium (scripts/test)"
-)
+expect = playwright_expect()
+pytestmark = NEEDS_CHROMIUM
 IRIS = "[6.5, 3.0, 5.8, 2.2]"
 # A torch-free MNIST-like model: its explanation of a 28 x 28 input is a 28 x 28 map.
 MNIST_HANDLER = """
