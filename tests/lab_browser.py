@@ -189,6 +189,25 @@ NEEDS_CHROMIUM = pytest.mark.skipif(
 
 
 @contextmanager
+def running_lab(root: Path) -> Iterator[LabServer]:
+    """`jupyter lab` over `root` with one worker per startup model; it must stop cleanly."""
+    server = LabServer(root)
+    try:
+        server.start(models=1)
+        yield server
+        assert server.stop() == 0
+    finally:
+        server.kill()
+
+
+@contextmanager
+def browser_page() -> Iterator[Any]:
+    """A chromium page at the browser tests' window size (1400 x 900)."""
+    with chromium() as browser:
+        yield browser.new_page(viewport={"width": 1400, "height": 900})
+
+
+@contextmanager
 def chromium() -> Iterator[Any]:
     """Debian's chromium through playwright; closed on exit."""
     from playwright.sync_api import sync_playwright

@@ -28,7 +28,7 @@ import pytest
 from lab_browser import (  # jp_*: pytest-jupyter's loop fixtures, switched off here
     TIMEOUT,
     Lab,
-    chromium,
+    browser_page,
     jp_asyncio_loop,  # noqa: F401
     jp_server_cleanup,  # noqa: F401
 )
@@ -157,8 +157,7 @@ def test_the_notebooks_run_in_it(
 def test_jupyterlab_opens_with_the_panel_showing_the_demo(server: ServeProcess) -> None:
     from playwright.sync_api import expect
 
-    with chromium() as browser:
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
+    with browser_page() as page:
         lab = Lab(page, server)
         lab.open(base_url=BASE_URL)
         demo = lab.card("demo", "1.0")  # the panel opened by itself (postBuild's settings)

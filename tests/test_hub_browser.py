@@ -28,7 +28,7 @@ from lab_browser import (  # jp_*: pytest-jupyter's loop fixtures, switched off 
     CHROMIUM,
     TIMEOUT,
     Lab,
-    chromium,
+    browser_page,
     jp_asyncio_loop,  # noqa: F401
     jp_server_cleanup,  # noqa: F401
     lab_settings,
@@ -76,8 +76,7 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubProcess]:
 @pytest.fixture(scope="module")
 def lab(hub: HubProcess) -> Iterator[Lab]:
     """JupyterLab of ann's server, after logging in through the hub's login page."""
-    with chromium() as browser:
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
+    with browser_page() as page:
         page.set_default_timeout(TIMEOUT)
         page.goto(f"{hub.url}/hub/login")
         page.fill("#username_input", "ann")

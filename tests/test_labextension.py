@@ -30,11 +30,12 @@ from lab_browser import (  # jp_*: pytest-jupyter's loop fixtures, switched off 
     TIMEOUT,
     Lab,
     LabServer,
+    browser_page,
     build_archive,
-    chromium,
     jp_asyncio_loop,  # noqa: F401
     jp_server_cleanup,  # noqa: F401
     playwright_expect,
+    running_lab,
 )
 from lab_browser import picture as png
 from serve_process import TOKEN
@@ -77,19 +78,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
     build_archive(root / "model_store", "folded", "1.0", HEAT_HANDLER, form="no-archive")
     build_archive(root / "model_store", "scripted", "1.0", SVG_HANDLER)
     (root / "dashboard.ipynb").write_text(json.dumps(_notebook()))
-    lab = LabServer(root)
-    try:
-        lab.start(models=1)
+    with running_lab(root) as lab:
         yield lab
-        assert lab.stop() == 0
-    finally:
-        lab.kill()
 
 
 @pytest.fixture(scope="module")
 def lab(server: LabServer) -> Iterator[Lab]:
-    with chromium() as browser:
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
+    with browser_page() as page:
         yield Lab(page, server)
 
 

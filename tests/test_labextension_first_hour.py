@@ -23,11 +23,12 @@ from lab_browser import (  # jp_*: pytest-jupyter's loop fixtures, switched off 
     NEEDS_CHROMIUM,
     Lab,
     LabServer,
+    browser_page,
     build_archive,
-    chromium,
     jp_asyncio_loop,  # noqa: F401
     jp_server_cleanup,  # noqa: F401
     playwright_expect,
+    running_lab,
 )
 
 expect = playwright_expect()
@@ -70,19 +71,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
     build_archive(root / "model_store", "broken", "1.0", BROKEN_HANDLER)
     (root / "archives").mkdir()
     build_archive(root / "archives", "mnist", "1.0", MNIST_HANDLER + "\n# another build\n")
-    lab = LabServer(root)
-    try:
-        lab.start(models=1)
+    with running_lab(root) as lab:
         yield lab
-        assert lab.stop() == 0
-    finally:
-        lab.kill()
 
 
 @pytest.fixture(scope="module")
 def lab(server: LabServer) -> Iterator[Lab]:
-    with chromium() as browser:
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
+    with browser_page() as page:
         lab = Lab(page, server)
         lab.open()
         yield lab
