@@ -12,6 +12,7 @@ import contextlib
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -24,6 +25,18 @@ __all__ = ["SERVICE_TOKEN", "HubProcess", "available"]
 
 class HubProcess(Hub):
     """The hub, with a browser's login."""
+
+    @classmethod
+    @contextlib.contextmanager
+    def serving(cls, folder: Path, settings: dict[str, Any], user: str) -> Iterator[HubProcess]:
+        """The hub with `settings` and `user`'s server spawned; stopped (with all it started)
+        on exit."""
+        hub = cls(folder, settings)
+        try:
+            hub.start().spawn(user)
+            yield hub
+        finally:
+            hub.stop()
 
     @contextlib.contextmanager
     def browser(self, user: str, password: str, page: str) -> Iterator[httpx.Client]:

@@ -52,7 +52,7 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubProcess]:
     """The hub with ann's server spawned, serving the demo model."""
     folder = tmp_path_factory.mktemp("hub")
     build_demo(folder / "store")
-    hub = HubProcess(folder, {
+    settings = {
         "Authenticator.allowed_users": {"ann"},
         "JupyterHub.authenticator_class": "dummy",
         "DummyAuthenticator.password": PASSWORD,
@@ -65,12 +65,9 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubProcess]:
             "--ServeApp.snapshots=False",
             f"--LabApp.app_settings_dir={lab_settings(folder)}",  # no news popup
         ],
-    })  # fmt: skip
-    try:
-        hub.start().spawn("ann")
+    }  # fmt: skip
+    with HubProcess.serving(folder, settings, "ann") as hub:
         yield hub
-    finally:
-        hub.stop()
 
 
 @pytest.fixture(scope="module")

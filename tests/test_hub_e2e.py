@@ -71,12 +71,8 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubProcess]:
     folder = tmp_path_factory.mktemp("hub")
     (folder / "store").mkdir()
     build_handler_mar(folder / "store", "demo", ECHO)
-    hub = HubProcess(folder, hub_settings(folder))
-    try:
-        hub.start().spawn("ann")
+    with HubProcess.serving(folder, hub_settings(folder), "ann") as hub:
         yield hub
-    finally:
-        hub.stop()
 
 
 @pytest.fixture(scope="module")
