@@ -30,6 +30,7 @@ import hashlib
 import logging
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,7 @@ from .pool import WorkerFactory, WorkerPool
 from .registry import ModelRegistry, RegistryConfig
 from .routes import ROUTES
 from .routes.access_log import quiet_successful_predictions
-from .routes.admission import fast_path_applies
+from .routes.admission import fast_path_token
 from .routes.fastpath import fast_rules, fast_targets
 from .routes.lane import Lane, LaneWriter
 from .startup import StartupPlan, start_models
@@ -146,10 +147,13 @@ class ServeApp(ServeAppTraits, ExtensionApp):
         serverapp = self.serverapp
         if serverapp is not None:
             quiet_successful_predictions(serverapp.web_app.settings)
+        self.fast_token: Callable[[], str] | None = None
         if self.fast_predictions and serverapp is not None:
             web_app = serverapp.web_app
-            rules = fast_rules(serverapp.base_url, prefix, serverapp, web_app.settings)
-            web_app.default_router.rules[0:0] = rules
+            self.fast_token = fast_path_token(serverapp)
+            path_prefix = url_path_join(serverapp.base_url, prefix)
+            web_app.default_router.rules[0:0] = fast_rules(path_prefix, self.fast_token,
+                                                           web_app.settings)  # fmt: skip
 
     def initialize_settings(self) -> None:
         from .keys import KeyStore  # the inference keys' store (keys.py): `serve_keys`
@@ -266,19 +270,19 @@ class ServeApp(ServeAppTraits, ExtensionApp):
     def attach_lane(self, http_server: Any) -> Lane | None:
         """Let the serve lane read `http_server`'s new connections first (`routes/lane.py`).
 
-        Only with `fast_predictions` on and jupyter_server's stock token auth, as the
-        lean rules; returns the lane, or None when it does not apply.
+        Only with `fast_predictions` on and an auth the fast paths can repeat
+        (`admission.fast_path_token`), as the lean rules; returns the lane, or None.
         """
         serverapp = self.serverapp
-        if not (self.fast_predictions and serverapp is not None and fast_path_applies(serverapp)):
+        token = getattr(self, "fast_token", None)
+        if serverapp is None or token is None:
             return None
-        provider = serverapp.identity_provider
         prefix = url_path_join(serverapp.base_url, self.url_prefix.strip("/")) + "/"
         self.lane = Lane(
             http_server,
             prefix,
             dict(fast_targets(serverapp.web_app.settings, writer=LaneWriter)),
-            token=lambda: str(provider.token or ""),
+            token=token,
             max_body=lambda: int(self.max_request_size),
             settings=serverapp.web_app.settings,
         )

@@ -128,9 +128,10 @@ def test_jupyterhubs_user_carries_the_model_the_authorizer_reads() -> None:
     assert not authorizer().is_authorized(None, user, "write", "serve")
 
 
-def test_the_fast_paths_stay_off_under_a_hub() -> None:
-    """Only jupyter_server's stock provider with allow-all lets a fast path answer
-    (routes/admission.py); under a hub every request takes the full route, authorizer and all."""
+def test_the_stock_token_compare_is_never_assumed_under_a_hub() -> None:
+    """`fast_path_applies` (a token compare is the whole decision) holds only for
+    jupyter_server's stock provider with allow-all; a hub's decisions reach the fast paths
+    as the hub's own verdicts instead (tests/test_routes_hub_verdicts.py)."""
     extension = pytest.importorskip("jupyterhub.singleuser.extension")
     hub = SimpleNamespace(identity_provider=extension.JupyterHubIdentityProvider(),
                           authorizer=authorizer())  # fmt: skip

@@ -146,6 +146,22 @@ def test_access_alone_another_user_and_no_token_get_nothing(
         assert codes(client, calls) == [403] * len(calls)
 
 
+@pytest.mark.parametrize(("user", "status"), [("ann", 200), ("bob", 200), ("dan", 403),
+                                              ("cat", 403), (None, 403)])  # fmt: skip
+def test_every_prediction_of_a_connection_gets_the_hubs_decision(
+    hub: HubProcess, tokens: dict[str, str], registered: None, user: str | None, status: int
+) -> None:
+    """Predictions first and only on a connection: the single-user server's fast path
+    answers them once the hub has said who the token is (routes/hub_verdicts.py), and only
+    for whom the full route would."""
+    with hub.client(tokens[user] if user else None) as client:
+        answers = [client.post(f"{SERVE}/predictions/demo", content=f"run {n}".encode())
+                   for n in range(4)]  # fmt: skip
+    assert [answer.status_code for answer in answers] == [status] * 4
+    if status == 200:
+        assert [answer.content for answer in answers] == [f"run {n}".encode() for n in range(4)]
+
+
 def test_an_inference_key_runs_its_model_through_the_proxy(
     hub: HubProcess, tokens: dict[str, str], registered: None
 ) -> None:

@@ -12,12 +12,11 @@ import asyncio
 import json
 import re
 import socket
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from raw_http import connected
 from route_models import BROWSER_ORIGIN, STREAM, cors_server_config, register, server_config
 
 from jupyter_serve.routes.lane import Lane, LaneProtocol, PrefixedIOStream
@@ -27,50 +26,6 @@ from jupyter_serve.routes.lane_http import LaneRequest, NotForTheLane
 @pytest.fixture
 def jp_server_config(tmp_path: Path) -> dict[str, Any]:
     return server_config(tmp_path, max_request_size=4096)
-
-
-class Raw:
-    """One keep-alive client connection speaking HTTP/1.1 by hand."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer = reader, writer
-
-    def send(self, data: bytes) -> None:
-        self.writer.write(data)
-
-    async def response(self) -> tuple[int, dict[str, str], bytes]:
-        head = await self.reader.readuntil(b"\r\n\r\n")
-        status_line, *lines = head.decode("latin-1").rstrip("\r\n").split("\r\n")
-        headers = {}
-        for line in lines:
-            name, _, value = line.partition(":")
-            headers[name.strip().lower()] = value.strip()
-        if headers.get("transfer-encoding") == "chunked":
-            body = await self._chunks()
-        else:
-            body = await self.reader.readexactly(int(headers.get("content-length", "0")))
-        return int(status_line.split()[1]), headers, body
-
-    async def _chunks(self) -> bytes:
-        body = b""
-        while size := int((await self.reader.readuntil(b"\r\n")).strip(), 16):
-            body += await self.reader.readexactly(size)
-            await self.reader.readexactly(2)
-        await self.reader.readexactly(2)
-        return body
-
-    async def closed_by_server(self) -> bool:
-        return await self.reader.read() == b""
-
-
-@asynccontextmanager
-async def connected(port: int) -> AsyncIterator[Raw]:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        yield Raw(reader, writer)
-    finally:
-        writer.close()
-        await writer.wait_closed()
 
 
 @pytest.fixture
@@ -294,7 +249,7 @@ class OnlyTornadosLane:
         self.connections: set[Any] = set()
         self.handed: list[bytes] = []
 
-    def route(self, request: LaneRequest) -> Any:
+    def route(self, request: LaneRequest, may_ask: bool = True) -> Any:
         raise NotForTheLane("not ours")
 
     def hand_over(self, sock: Any, address: Any, unread_bytes: bytes) -> None:

@@ -38,40 +38,42 @@ from tornado.routing import PathMatches, Rule
 from ..errors import ServeError
 from ..logsafe import scrub_uri
 from ..protocol import InferenceResult
-from .admission import VERBS, admits, fast_path_applies, model_of
+from .admission import HUB_VERDICTS, VERBS, Verdict, admits, hub_token, model_of
 from .exchange import MODEL_PATH, Exchange, Job
-from .lane_http import header_case
+from .lane_http import header_case, is_form
 from .requests import new_request_id, to_inference_request
 
 LOGGER = logging.getLogger(__name__)
 
 
 class TokenPathMatches(PathMatches):
-    """A path rule matching only the requests `admission.admits` (the server's token or
-    an inference key for the path's model in an `Authorization` header, a local `Host`,
-    no `Origin`).
+    """A path rule matching only the requests `admission.admits` (the server's token, an
+    inference key for the path's model or a hub token the hub admitted, in an
+    `Authorization` header, a local `Host`, no `Origin`, no `token` argument).
 
     Others (cookies, `?token=`, no credentials, a wrong token, a remote `Host`, a
-    browser's request) fall through to the full routes, where jupyter_server
-    authenticates, checks and answers or refuses them.
+    browser's request, a form body, which may hold a `token` field) fall through to the
+    full routes, where jupyter_server authenticates, checks and answers or refuses them.
+    A hub token with no verdict yet takes the full route too, while the hub is asked
+    about it for the requests that follow.
     """
 
-    def __init__(self, path_pattern: str, identity_provider: Any, settings: Any) -> None:
+    def __init__(self, path_pattern: str, token: Callable[[], str], settings: Any) -> None:
         super().__init__(path_pattern)
-        self.identity_provider = identity_provider
+        self.token = token
         self.settings = settings
 
     def match(self, request: httputil.HTTPServerRequest) -> dict[str, Any] | None:
-        if request.method not in VERBS:
+        if request.method not in VERBS or is_form(request.headers.get("Content-Type", "")):
             return None
         matched = super().match(request)
         if matched is None:
             return None
-        token = str(self.identity_provider.token or "")
         model = model_of(matched.get("path_args") or [])
-        if not admits(request.headers.get, token, self.settings, model):
-            return None
-        return matched
+        verdict = admits(request.headers.get, self.token(), self.settings, model, request.query)
+        if verdict is Verdict.ASK_HUB:
+            self.settings[HUB_VERDICTS].learn(hub_token(request.headers.get("Authorization", "")))
+        return matched if verdict else None
 
 
 class FastPredictions:
@@ -225,17 +227,15 @@ def fast_targets(
             for kind in ("predictions", "explanations")}  # fmt: skip
 
 
-def fast_rules(base_url: str, prefix: str, serverapp: Any, settings: dict[str, Any]) -> list[Rule]:
-    """The rules to put before the Jupyter routes (none when `fast_path_applies` is False)."""
-    if not fast_path_applies(serverapp):
+def fast_rules(
+    path_prefix: str, token: Callable[[], str] | None, settings: dict[str, Any]
+) -> list[Rule]:
+    """The rules to put before the Jupyter routes (none without a `token` getter:
+    `admission.fast_path_token`)."""
+    if token is None:
         return []
-    provider = serverapp.identity_provider
-    return [
-        Rule(
-            TokenPathMatches(
-                url_path_join(base_url, prefix, kind) + MODEL_PATH, provider, settings
-            ),
-            target,
-        )
-        for kind, target in fast_targets(settings).items()
-    ]
+    rules = []
+    for kind, target in fast_targets(settings).items():
+        pattern = url_path_join(path_prefix, kind) + MODEL_PATH
+        rules.append(Rule(TokenPathMatches(pattern, token, settings), target))
+    return rules

@@ -40,7 +40,7 @@ from typing import Any
 from tornado import httputil, iostream
 from tornado.escape import url_unescape
 
-from .admission import VERBS, admits, model_of
+from .admission import HUB_VERDICTS, VERBS, Verdict, admits, hub_token, model_of, token_argument
 from .exchange import MODEL_PATH
 from .fastpath import ConnectionWriter
 from .lane_http import LaneRequest, NotForTheLane, RequestReader
@@ -64,6 +64,14 @@ class PrefixedIOStream(iostream.IOStream):
         buf[:size] = self.prefix[:size]
         self.prefix = self.prefix[size:]
         return size
+
+
+class AskHub(Exception):
+    """A request the lane may answer once the hub has said who its token is."""
+
+    def __init__(self, answered: asyncio.Future[None]) -> None:
+        super().__init__("a hub token with no fresh verdict")
+        self.answered = answered
 
 
 class Lane:
@@ -121,8 +129,11 @@ class Lane:
                                   read_chunk_size=server.read_chunk_size)  # fmt: skip
         self.tornado_handle_stream(stream, address)
 
-    def route(self, request: LaneRequest) -> tuple[Target, list[bytes | None]]:
-        """The lean target and path arguments for `request`, or `NotForTheLane`."""
+    def route(
+        self, request: LaneRequest, may_ask: bool = True
+    ) -> tuple[Target, list[bytes | None]]:
+        """The lean target and path arguments for `request`; `NotForTheLane`, or `AskHub`
+        when a hub token's verdict must be learnt first (only if `may_ask`)."""
         if request.method not in VERBS or request.content_length > self.max_body():
             raise NotForTheLane("verb or size")
         found = self.path.fullmatch(request.path)
@@ -130,8 +141,13 @@ class Lane:
             raise NotForTheLane("path")
         kind, *args = found.groups()
         path_args = [_unescape(arg) for arg in args]
-        if not admits(request.headers.get, self.token(), self.settings, model_of(path_args)):
-            raise NotForTheLane("not surely admitted (credentials, Host, Origin)")
+        verdict = admits(request.headers.get, self.token(), self.settings, model_of(path_args),
+                         request.query)  # fmt: skip
+        if verdict is Verdict.ASK_HUB and may_ask:
+            token = hub_token(request.headers.get("Authorization") or "")
+            raise AskHub(self.settings[HUB_VERDICTS].learn(token))
+        if not verdict:
+            raise NotForTheLane("not surely admitted (credentials, Host, Origin, ?token=)")
         return self.targets[kind], path_args
 
 
@@ -150,12 +166,15 @@ class LaneProtocol(asyncio.Protocol):
         self.reader = RequestReader()
         self.buffer = bytearray()
         self.head: Head | None = None  # a request whose body is still arriving
+        self.parsed: tuple[LaneRequest, int] | None = None  # a head waiting to be routed
         self.request: LaneRequest | None = None  # the request being answered
         self.on_close: Callable[[], None] | None = None
         self.chunked = False
         self.reading = True
         self.writing = True  # False while the transport's write buffer is over its mark
         self.handing_over = False
+        self.asking_hub = False  # a hub token's verdict is being learnt for the next request
+        self.asked_hub = False  # ... and has been: admit it or hand over, ask no more
         self.loop = asyncio.get_running_loop()
         self.waiting_since: float | None = self.loop.time()  # for a head; None: busy
         self.idle_timer: asyncio.TimerHandle | None = None
@@ -211,7 +230,8 @@ class LaneProtocol(asyncio.Protocol):
     # ---- reading requests ----
 
     def _idle(self) -> bool:
-        return self.request is None and not self.handing_over and self.writing
+        return (self.request is None and not self.handing_over and self.writing
+                and not self.asking_hub)  # fmt: skip
 
     def _next(self) -> None:
         """Start the next buffered request, wait for more bytes, or hand over."""
@@ -231,24 +251,46 @@ class LaneProtocol(asyncio.Protocol):
                 if request.content_length:
                     self.reader.read_body(body)
                 request.body = bytes(body)
+            if token_argument("", request.body_arguments):
+                raise NotForTheLane("a form's token field: jupyter_server reads it first")
         except NotForTheLane:
             self._hand_over()
             return
+        except AskHub as asking:
+            self._ask_hub(asking.answered)
+            return
         self.head = None
+        self.asked_hub = False
         del self.buffer[:end]
         self.request, self.chunked, self.on_close = request, False, None
         request.connection = self
         target(request, args)
 
     def _read_head(self) -> Head | None:
-        buffer = self.buffer
-        while buffer.startswith(b"\r\n"):  # tornado skips blank lines before a request
-            del buffer[:2]
-        end = self.reader.head_end(buffer)
-        if end is None:
-            return None
-        request = self.reader.read_head(bytes(buffer[:end]))
-        return (request, end, *self.lane.route(request))
+        if self.parsed is None:  # else the head waited for the hub: parsed already
+            buffer = self.buffer
+            while buffer.startswith(b"\r\n"):  # tornado skips blank lines before a request
+                del buffer[:2]
+            end = self.reader.head_end(buffer)
+            if end is None:
+                return None
+            self.parsed = (self.reader.read_head(bytes(buffer[:end])), end)
+        request, end = self.parsed
+        routed = self.lane.route(request, may_ask=not self.asked_hub)
+        self.parsed = None
+        return (request, end, *routed)
+
+    def _ask_hub(self, answered: asyncio.Future[None]) -> None:
+        """Wait, reading nothing, until the hub has answered; then take the request again."""
+        self.asking_hub = True
+        self.waiting_since = None  # a whole head came; the hub's answer may take its time
+        self._pause_reading()
+        answered.add_done_callback(self._hub_answered)
+
+    def _hub_answered(self, _: asyncio.Future[None]) -> None:
+        self.asking_hub, self.asked_hub = False, True
+        if self.transport is not None and not self.transport.is_closing():
+            self._next_if_idle()
 
     def _pause_reading(self) -> None:
         if self.reading and self.transport is not None and not self.transport.is_closing():

@@ -34,6 +34,11 @@ _REFUSED = frozenset({"Transfer-Encoding", "Expect", "Upgrade"})
 FORM_TYPES = ("multipart/form-data", "application/x-www-form-urlencoded")
 
 
+def is_form(content_type: str) -> bool:
+    """Whether a body of this type is parsed into form fields (`body_arguments`, `files`)."""
+    return content_type.split(";", 1)[0].strip().lower() in FORM_TYPES
+
+
 @lru_cache(maxsize=512)
 def header_case(name: str) -> str:
     """A header name in tornado's `Http-Header-Case` (`content-TYPE` -> `Content-Type`)."""
@@ -86,6 +91,10 @@ class LaneRequest:
         return self.uri.split("?", 1)[0]
 
     @property
+    def query(self) -> str:
+        return self.uri.partition("?")[2]
+
+    @property
     def body_arguments(self) -> dict[str, list[bytes]]:
         return self._parsed_form()[0]
 
@@ -101,7 +110,7 @@ class LaneRequest:
             arguments: dict[str, list[bytes]] = {}
             files: dict[str, list[httputil.HTTPFile]] = {}
             content_type = self.headers.get("Content-Type", "")
-            if content_type.split(";", 1)[0].strip().lower() in FORM_TYPES:
+            if is_form(content_type):
                 try:
                     httputil.parse_body_arguments(
                         content_type,

@@ -31,8 +31,8 @@ from tornado.httputil import HTTPServerRequest
 
 from ..logsafe import hide_secrets
 from ..protocol import KSERVE_HEADER, InferenceRequest, Parameter
+from .lane_http import is_form
 
-FORM_TYPES = ("multipart/form-data", "application/x-www-form-urlencoded")
 CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "x-xsrftoken", "x-csrftoken"})
 NOT_FORWARDED = CREDENTIAL_HEADERS | {KSERVE_HEADER.lower()}  # ours only: the server sets it
 CREDENTIAL_ARGUMENTS = frozenset({"token", "_xsrf"})
@@ -103,7 +103,7 @@ def handler_arguments(arguments: dict[str, Values]) -> dict[str, Values]:
 
 def _parameters(request: HTTPServerRequest) -> list[Parameter]:
     content_type = request.headers.get("Content-Type", "")
-    if content_type.split(";", 1)[0].strip().lower() not in FORM_TYPES:
+    if not is_form(content_type):
         return [Parameter("body", content_type, request.body or b"")]
     fields: dict[str, Parameter] = {}
     for name, values in handler_arguments(request.body_arguments).items():
