@@ -76,6 +76,16 @@ async def test_servers_names_the_prefix_under_the_base_url(
     assert [server["url"] for server in described["servers"]] == ["/a%40b/serve"]
 
 
+async def test_a_models_prediction_document_names_the_prefix_too(
+    jp_fetch: Fetch, jp_serverapp: Any
+) -> None:
+    await register(jp_serverapp, workers=0)
+    for route in (("predictions", "probe"), ("predictions", "probe", "1.0")):
+        document = json.loads((await jp_fetch("serve", *route, method="OPTIONS")).body)
+        assert list(document["paths"]) == ["/predictions/probe"]
+        assert [server["url"] for server in document["servers"]] == ["/a%40b/serve"]
+
+
 @pytest.mark.parametrize(
     ("base_url", "url"),
     [("/", "/serve"), ("", "/serve"), ("/user/ann/", "/user/ann/serve"), ("/x", "/x/serve")],
@@ -90,6 +100,7 @@ async def test_options_on_a_model_gives_its_management_api(
     await register(jp_serverapp, workers=0)
     document = json.loads((await jp_fetch("serve", "models", "probe", method="OPTIONS")).body)
     assert document["info"]["title"] == "Management RESTful API for: probe"
+    assert [server["url"] for server in document["servers"]] == ["/a%40b/serve"]
     assert set(document["paths"]["/models/probe"]) == {"get", "put", "delete", "options"}
     with pytest.raises(HTTPClientError) as missing:
         await jp_fetch("serve", "models", "nobody", method="OPTIONS")

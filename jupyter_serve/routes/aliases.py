@@ -66,7 +66,8 @@ class AliasPredictionRoute(PredictionRoute):
         self, name: str | None = None, version: str | None = None, *_: Any
     ) -> None:
         request = InferenceRequest(self.request_id, {}, tuple(self.query_parameters()))
-        self.write_json(model_api(self.registry.get(self.model_name(request, name), version)))
+        model = self.registry.get(self.model_name(request, name), version)
+        self.write_json(model_api(model, str(self.base_url)))
 
 
 class InvocationsRoute(AliasPredictionRoute):

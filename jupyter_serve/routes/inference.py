@@ -153,7 +153,7 @@ class PredictionRoute(InferenceRoute):
 
     @allow(READ)
     def options_document(self, name: str, version: str | None = None, *_: str | None) -> None:
-        self.write_json(model_api(self.registry.get(name, version)))
+        self.write_json(model_api(self.registry.get(name, version), str(self.base_url)))
 
 
 class ExplanationRoute(PredictionRoute):

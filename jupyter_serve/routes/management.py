@@ -118,7 +118,8 @@ class ModelRoute(ManagementRoute):
 
     @allow(READ)
     def options_document(self, name: str, version: str | None = None) -> None:
-        self.write_json(model_management_api(self.registry.get(name, version)))
+        model = self.registry.get(name, version)
+        self.write_json(model_management_api(model, str(self.base_url)))
 
     async def _customized(self, name: str, version: str | None) -> dict[str, Any] | None:
         """The handler's describe answer as TorchServe 0.12 shows it: a JSON object as

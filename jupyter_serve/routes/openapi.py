@@ -240,24 +240,28 @@ def servers(base_url: str) -> list[dict[str, str]]:
     return [{"url": f"{prefix}serve", "description": "This Jupyter server's serve prefix."}]
 
 
-def model_api(model: Model) -> dict[str, Any]:
-    """One model version's description (`OPTIONS predictions/{m}[/{v}]`)."""
+def model_api(model: Model, base_url: str = "/") -> dict[str, Any]:
+    """One model version's description (`OPTIONS predictions/{m}[/{v}]`), its paths under
+    the serve prefix of `base_url` (`servers`)."""
     name = model.spec.model_name
     what = f"A prediction entry point for model: {name}."
     return {
         "openapi": "3.0.1",
         "info": {"title": f"RESTful API for: {name}", "version": model.spec.version},
+        "servers": servers(base_url),
         "paths": {f"/predictions/{name}": predict("predictions", what, MODEL)},
     }
 
 
-def model_management_api(model: Model) -> dict[str, Any]:
-    """One model version's management description (`OPTIONS models/{m}[/{v}]`)."""
+def model_management_api(model: Model, base_url: str = "/") -> dict[str, Any]:
+    """One model version's management description (`OPTIONS models/{m}[/{v}]`), its paths
+    under the serve prefix of `base_url` (`servers`)."""
     name = model.spec.model_name
     paths = _paths()
     return {
         "openapi": "3.0.1",
         "info": {"title": f"Management RESTful API for: {name}", "version": model.spec.version},
+        "servers": servers(base_url),
         "paths": {
             f"/models/{name}": paths["/models/{model_name}"],
             f"/models/{name}/{{model_version}}": paths["/models/{model_name}/{model_version}"],
