@@ -52,7 +52,8 @@ from .routes import ROUTES
 from .routes.access_log import quiet_successful_predictions
 from .routes.admission import fast_path_token
 from .routes.fastpath import fast_rules, fast_targets
-from .routes.lane import Lane, LaneWriter
+from .routes.lane import Lane
+from .routes.lane_connection import LaneWriter
 from .startup import StartupPlan, start_models
 from .ts_config import apply_env_overrides, from_properties, read_properties
 

@@ -9,6 +9,8 @@ jupyterhub), or None.
 from __future__ import annotations
 
 import contextlib
+import html
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +23,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 from hub_launcher import SERVICE_TOKEN, WAIT, Hub, available
 
 __all__ = ["SERVICE_TOKEN", "HubProcess", "available"]
+
+CONSENT_PAGE = "/hub/api/oauth2/authorize"
+HIDDEN_INPUT = re.compile(r'<input type="hidden" name="([^"]+)" value="([^"]*)"')
+
+
+def authorize(client: httpx.Client, consent: httpx.Response) -> None:
+    """Click "Authorize" on the hub's consent page (a server of another user asks for the
+    scopes it lists): post its form, hidden inputs and all, to the page."""
+    fields = [(name, html.unescape(value)) for name, value in HIDDEN_INPUT.findall(consent.text)]
+    form: dict[str, Any] = {name: value for name, value in fields if name != "scopes"}
+    form["scopes"] = [value for name, value in fields if name == "scopes"]
+    assert "_xsrf" in form, consent.text[:500]
+    assert client.post(consent.url, data=form).is_success
 
 
 class HubProcess(Hub):
@@ -39,14 +54,20 @@ class HubProcess(Hub):
             hub.stop()
 
     @contextlib.contextmanager
-    def browser(self, user: str, password: str, page: str) -> Iterator[httpx.Client]:
+    def browser(
+        self, user: str, password: str, page: str, opens: bool = True
+    ) -> Iterator[httpx.Client]:
         """A client holding `user`'s login cookies, as a browser would after logging in to
-        the hub and opening `page` of a server (the hub's OAuth dance, followed)."""
+        the hub and opening `page` of a server (the hub's OAuth dance, followed), which
+        must answer unless not `opens` (a teammate's browser may not see the page itself)."""
         with httpx.Client(base_url=self.url, timeout=WAIT, follow_redirects=True) as client:
             client.get("/hub/login")
             xsrf = client.cookies.get("_xsrf", path="/hub/")
             form = {"username": user, "password": password, "_xsrf": xsrf or ""}
-            assert client.post("/hub/login", data=form).is_success
+            logged_in = client.post("/hub/login", data=form, params={"next": page})
+            assert logged_in.is_success
+            if logged_in.url.path.endswith(CONSENT_PAGE):
+                authorize(client, logged_in)  # another user's server: the hub asks first
             opened = client.get(page)
-            assert opened.is_success, (opened.url, opened.status_code)
+            assert opened.is_success or not opens, (opened.url, opened.status_code)
             yield client

@@ -55,6 +55,8 @@ def hub_settings(folder: Path) -> dict[str, object]:
             {"name": "ann-predict", "users": ["bob"], "scopes": [access, *predict]},
             {"name": "ann-access", "users": ["dan"], "scopes": [access]},
         ],
+        # the README's browser-login recipe: OAuth tokens of each server may carry its scopes
+        "Spawner.oauth_client_allowed_scopes": [f"{scope}!server" for scope in SCOPES],
         "Spawner.args": [
             "--allow-root",  # these machines and CI run as root
             "--ServerApp.authorizer_class=jupyter_serve.hub.HubScopesAuthorizer",
@@ -202,6 +204,20 @@ def test_the_login_cookie_needs_xsrf_on_every_unsafe_verb(
         answer = browser.post(f"{SERVE}/predictions/demo", content=b"cookie")
         assert (answer.status_code, answer.content) == (200, b"cookie")
         assert codes(browser, unsafe[1:3]) == [202, 404]  # scaled; no such model
+
+
+def test_a_predict_only_teammate_logged_in_with_a_browser_reads_and_runs(
+    hub: HubProcess, registered: None
+) -> None:
+    """The recipe's `oauth_client_allowed_scopes` lets bob's login to ann's server carry his
+    serve scopes (without it his browser token holds `access:servers` alone: 403 on all)."""
+    with hub.browser("bob", PASSWORD, "/user/ann/lab", opens=False) as browser:
+        browser.headers["X-XSRFToken"] = browser.cookies.get("_xsrf", path="/user/ann/") or ""
+        assert codes(browser, READS) == [200, 200]
+        answer = browser.post(f"{SERVE}/predictions/demo", content=b"bob's browser")
+        assert (answer.status_code, answer.content) == (200, b"bob's browser")
+        assert codes(browser, WRITES) == [403] * len(WRITES)
+        assert codes(browser, JUPYTER) == [403] * len(JUPYTER)
 
 
 def test_the_openapi_document_names_the_servers_prefix(

@@ -27,7 +27,7 @@ from tornado.http1connection import HTTP1Connection
 from jupyter_serve.routes.exchange import Exchange
 from jupyter_serve.routes.fastpath import ConnectionWriter
 from jupyter_serve.routes.inference import HandlerWriter
-from jupyter_serve.routes.lane import LaneProtocol
+from jupyter_serve.routes.lane_connection import LaneProtocol
 
 TRANSPORTS = ["lane", "lean-rule", "full-route"]
 WAIT = 10  # seconds: the most any one step may take before the test fails

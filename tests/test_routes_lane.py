@@ -19,7 +19,8 @@ import pytest
 from raw_http import connected
 from route_models import BROWSER_ORIGIN, STREAM, cors_server_config, register, server_config
 
-from jupyter_serve.routes.lane import Lane, LaneProtocol, PrefixedIOStream
+from jupyter_serve.routes.lane import Lane, PrefixedIOStream
+from jupyter_serve.routes.lane_connection import LaneProtocol
 from jupyter_serve.routes.lane_http import LaneRequest, NotForTheLane
 
 

@@ -17,10 +17,11 @@ error JSON) straight to the connection with `ConnectionWriter`.
 
 Everything else keeps the full route: browsers (cookie + XSRF, or any request
 with an `Origin` header, whose origin jupyter_server checks and answers CORS for),
-`?token=` URLs, OPTIONS, and any server whose identity provider or authorizer is
-not jupyter_server's stock token check (JupyterHub, custom authorizers), or that
-has no token at all: `fast_path_applies` decides once, at start. A wrong token
-does not match the rule either, so jupyter_server itself refuses it (403).
+`?token=` URLs, form bodies, OPTIONS, and any server whose auth the fast paths cannot
+repeat (a custom identity provider or authorizer, no token at all):
+`admission.fast_path_token` decides once, at start (JupyterHub's identity provider is
+repeated with the hub's own verdicts, `hub_verdicts.py`). A wrong token does not match
+the rule either, so jupyter_server itself refuses it (403).
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ names, body, form fields) without building one.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -127,6 +128,14 @@ class LaneRequest:
 
 class NotForTheLane(Exception):
     """This request (and its connection from here on) goes to tornado."""
+
+
+class AskHub(Exception):
+    """A request the lane may answer once the hub has said who its token is."""
+
+    def __init__(self, answered: asyncio.Future[None]) -> None:
+        super().__init__("a hub token with no fresh verdict")
+        self.answered = answered
 
 
 class RequestReader:
