@@ -4,10 +4,10 @@
 
 No model, no worker, no auth, no batching: only tornado's HTTP/1.1 parsing and
 writing, answered by a routing-rule callable (the shape of jupyter_serve's lean
-rule, `routes/fastpath.py`). What it serves per second on this machine, with the
+rule, `server/http/fastpath.py`). What it serves per second on this machine, with the
 same load generator, bounds a frontend built on tornado's HTTP layer; the runner
 reports jupyter_serve's and TorchServe's echo throughput against it. jupyter_serve's
-serve lane (`routes/lane.py`) reads token-authenticated predictions before tornado's
+serve lane (`server/http/lane.py`) reads token-authenticated predictions before tornado's
 HTTP layer, so since the lane jupyter_serve's echo can pass this figure.
 """
 

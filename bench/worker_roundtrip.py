@@ -17,10 +17,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from jupyter_serve.batching import Batcher
-from jupyter_serve.models import ModelSpec
-from jupyter_serve.pool import WorkerPool
-from jupyter_serve.protocol import InferenceRequest, Parameter
+from jupyter_serve.server.batching import Batcher
+from jupyter_serve.server.models import ModelSpec
+from jupyter_serve.server.pool import WorkerPool
+from jupyter_serve.wire.protocol import InferenceRequest, Parameter
 
 ECHO = (
     "def handle(data, context):\n    return None if data is None else [r['body'] for r in data]\n"

@@ -9,20 +9,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._version import __version__
+from jupyter_serve._version import __version__
 
 __all__ = ["__version__", "load_ipython_extension"]
 
 
 def _jupyter_server_extension_points() -> list[dict[str, Any]]:
     """Tell jupyter_server where the extension app lives."""
-    from .app import ServeApp
+    from jupyter_serve.server.app import ServeApp
 
     return [{"module": "jupyter_serve", "app": ServeApp}]
 
 
 def load_ipython_extension(ipython: Any) -> None:
     """`%load_ext jupyter_serve`: register the magics in an IPython kernel."""
-    from .magics import load_ipython_extension as _load
+    from jupyter_serve.kernel.magics import load_ipython_extension as _load
 
     _load(ipython)

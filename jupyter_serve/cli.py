@@ -37,11 +37,11 @@ from typing import Any
 
 from jupyter_server.serverapp import ServerApp
 
-from .app import ServeApp
-from .client import ServeClient, ServeClientError, ServerNotFound, discover
-from .demo import DEMO_MODEL, build_demo
-from .failures import CLI_TOKEN_HINT, answer_line
-from .keys import key_table
+from jupyter_serve.demo import DEMO_MODEL, build_demo
+from jupyter_serve.kernel.client import ServeClient, ServeClientError, ServerNotFound, discover
+from jupyter_serve.kernel.failures import CLI_TOKEN_HINT, answer_line
+from jupyter_serve.server.app import ServeApp
+from jupyter_serve.server.keys import key_table
 
 __all__ = ["export_main", "keys_main", "keys_parser", "main", "parser", "server_argv"]
 
@@ -143,7 +143,7 @@ def _key_command(client: ServeClient, args: argparse.Namespace) -> None:
 
 def export_main(argv: Sequence[str]) -> int:
     """Run one `jupyter serve export`; returns the exit code (export/command.py)."""
-    from .export import ExportError, add_export_arguments, export_status, run_export
+    from jupyter_serve.export import ExportError, add_export_arguments, export_status, run_export
 
     parse = argparse.ArgumentParser(
         prog="jupyter serve export",

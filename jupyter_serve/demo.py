@@ -17,7 +17,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from .archive import ArchiveSpec, build_mar
+from jupyter_serve.archive import ArchiveSpec, build_mar
 
 __all__ = ["DEMO_MODEL", "DEMO_VERSION", "HANDLER_SOURCE", "build_demo"]
 

@@ -40,7 +40,7 @@ def live_server(
 ) -> Any:
     """The in-process server as a kernel's client finds it: its URL and token (a
     `ServerInfo`), for tests of the client, the CLI and the magics."""
-    from jupyter_serve.client import ServerInfo
+    from jupyter_serve.kernel.client import ServerInfo
 
     url = f"http://localhost:{jp_http_port}{jp_base_url}"
     return ServerInfo(url, jp_serverapp.identity_provider.token)
@@ -49,7 +49,7 @@ def live_server(
 @pytest.fixture
 def client(live_server: Any) -> Any:
     """A `ServeClient` of `live_server`, as the magics and the CLI make one."""
-    from jupyter_serve.client import ServeClient
+    from jupyter_serve.kernel.client import ServeClient
 
     return ServeClient(live_server)
 

@@ -19,10 +19,10 @@ from typing import Any, TypeVar
 
 import psutil
 
-from jupyter_serve.batching import Batcher
-from jupyter_serve.models import ModelSpec
-from jupyter_serve.pool import WorkerFactory, WorkerPool
-from jupyter_serve.protocol import InferenceRequest, Parameter
+from jupyter_serve.server.batching import Batcher
+from jupyter_serve.server.models import ModelSpec
+from jupyter_serve.server.pool import WorkerFactory, WorkerPool
+from jupyter_serve.wire.protocol import InferenceRequest, Parameter
 
 T = TypeVar("T")
 HANG_GUARD = 120.0  # seconds; only stops a broken factory from hanging the suite

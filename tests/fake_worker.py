@@ -1,7 +1,7 @@
-"""A stand-in worker for pool tests: speaks jupyter_serve.protocol, loads nothing, starts fast.
+"""A stand-in worker for pool tests: speaks jupyter_serve.wire.protocol, loads nothing, starts fast.
 
 Run as `python tests/fake_worker.py --fd N [--torch-threads K]`, as the pool runs
-`python -m jupyter_serve.worker`. Standard library plus jupyter_serve.protocol only.
+`python -m jupyter_serve.worker`. Standard library plus jupyter_serve.wire.protocol only.
 
 On start it prints `CUDA_VISIBLE_DEVICES=<value or unset>` to stdout and
 `fake worker stderr` to stderr. `L` is driven by `model_yaml_config["fake"]`:
@@ -30,8 +30,8 @@ import sys
 import time
 from typing import Any
 
-from jupyter_serve import protocol
-from jupyter_serve.protocol import Frame, InferenceRequest, InferenceResult, Kind
+from jupyter_serve.wire import protocol
+from jupyter_serve.wire.protocol import Frame, InferenceRequest, InferenceResult, Kind
 
 
 def main() -> int:

@@ -31,8 +31,8 @@ from PIL import Image
 from serve_process import TOKEN, ServeProcess, jupyter_command
 
 from jupyter_serve.archive import ArchiveSpec, build_mar
-from jupyter_serve.client import TOKEN_ENV, URL_ENV
 from jupyter_serve.demo import HANDLER_SOURCE, build_demo
+from jupyter_serve.kernel.client import TOKEN_ENV, URL_ENV
 
 BASE_URL = "/jp/serve-panel/"  # non-default: every URL the extension builds must honour it
 TIMEOUT = 60_000  # ms; only a guard (a loaded machine renders JupyterLab in ~15 s)

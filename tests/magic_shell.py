@@ -12,7 +12,7 @@ from contextlib import contextmanager
 
 from IPython.core.interactiveshell import InteractiveShell
 
-from jupyter_serve.client import ServerInfo
+from jupyter_serve.kernel.client import ServerInfo
 
 
 def point_at(shell: InteractiveShell, server: ServerInfo) -> None:

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_serve.archive import ArchiveSpec, build_mar
-from jupyter_serve.models import RegisterParams
-from jupyter_serve.registry import ModelRegistry
+from jupyter_serve.server.models import RegisterParams
+from jupyter_serve.server.registry import ModelRegistry
 
 PROBE = """
 import time

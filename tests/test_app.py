@@ -21,8 +21,8 @@ from route_models import register, serve_state, server_config
 from tornado.httpclient import HTTPClientError
 from tornado.httpserver import HTTPServer
 
-from jupyter_serve.app import WORKER_LOGGER, ServeApp, hide_worker_output, show_worker_output
-from jupyter_serve.pool.factory import FactoryState
+from jupyter_serve.server.app import WORKER_LOGGER, ServeApp, hide_worker_output, show_worker_output
+from jupyter_serve.server.pool.factory import FactoryState
 
 Fetch = Callable[..., Awaitable[Any]]
 

@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 from mar_builder import build_handler_mar
 
-from jupyter_serve.app import ServeApp, server_workdir
-from jupyter_serve.app_config import ServeAppTraits
-from jupyter_serve.models import RegisterParams
-from jupyter_serve.startup import model_identity, startup_workers
+from jupyter_serve.server.app import ServeApp, server_workdir
+from jupyter_serve.server.app_config import ServeAppTraits
+from jupyter_serve.server.models import RegisterParams
+from jupyter_serve.server.startup import model_identity, startup_workers
 
 ECHO = (
     'def handle(data, context):\n    return [row.get("body") for row in data] if data else None\n'
@@ -279,7 +279,7 @@ def test_metrics_config_trait_is_read_once_and_a_bad_file_is_a_trait_error(
 ) -> None:
     from traitlets import TraitError
 
-    from jupyter_serve.metrics_config import DEFAULT
+    from jupyter_serve.server.metrics.config import DEFAULT
 
     app = ServeApp()
     assert app.metrics_settings() is DEFAULT

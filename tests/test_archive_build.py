@@ -16,7 +16,7 @@ from jupyter_serve.archive import (
     output_path,
     pack_folder,
 )
-from jupyter_serve.errors import ArchiveError
+from jupyter_serve.wire.errors import ArchiveError
 
 
 def spec_for(src: Path, out: Path, **changes: object) -> ArchiveSpec:

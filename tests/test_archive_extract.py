@@ -26,7 +26,7 @@ from jupyter_serve.archive import (
     read_manifest,
 )
 from jupyter_serve.archive.extract import MAX_HEADER_BYTES
-from jupyter_serve.errors import ArchiveError, UnsafeArchive
+from jupyter_serve.wire.errors import ArchiveError, UnsafeArchive
 
 
 def build(src: Path, out: Path, archive_format: str) -> Path:

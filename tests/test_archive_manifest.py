@@ -14,7 +14,7 @@ from jupyter_serve.archive.manifest import (
     check_model_name,
     now_created_on,
 )
-from jupyter_serve.errors import ArchiveError
+from jupyter_serve.wire.errors import ArchiveError
 
 TORCHSERVE = {
     "createdOn": "24/09/2024 10:00:00",

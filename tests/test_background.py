@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from jupyter_serve.background import start_background_server
-from jupyter_serve.client import ServeClient, ServeClientError, ServerInfo
+from jupyter_serve.kernel.background import start_background_server
+from jupyter_serve.kernel.client import ServeClient, ServeClientError, ServerInfo
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Tests for jupyter_serve.batching: batch formation, policies, expiry, queue limits, close."""
+"""Tests for server/batching.py: batch formation, policies, expiry, queue limits, close."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any, TypeVar
 
 import pytest
 
-from jupyter_serve.batching import Batcher, BatcherClosed, Pending, no_worker_message
-from jupyter_serve.errors import RequestTimeout, ServiceUnavailable
-from jupyter_serve.protocol import InferenceRequest, InferenceResult
+from jupyter_serve.server.batching import Batcher, BatcherClosed, Pending, no_worker_message
+from jupyter_serve.wire.errors import RequestTimeout, ServiceUnavailable
+from jupyter_serve.wire.protocol import InferenceRequest, InferenceResult
 
 T = TypeVar("T")
 HANG_GUARD = 10.0  # seconds; only stops a broken batcher from hanging the suite

@@ -34,7 +34,7 @@ from lab_browser import (  # jp_*: pytest-jupyter's loop fixtures, switched off 
 )
 from serve_process import TOKEN, ServeProcess
 
-from jupyter_serve.client import TOKEN_ENV, URL_ENV
+from jupyter_serve.kernel.client import TOKEN_ENV, URL_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 OPT_IN = "JUPYTER_SERVE_BINDER"

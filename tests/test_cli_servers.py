@@ -18,7 +18,7 @@ from serve_process import ServeProcess
 
 from jupyter_serve.archive import ArchiveSpec, build_mar
 from jupyter_serve.cli import main
-from jupyter_serve.failures import CLI_TOKEN_HINT
+from jupyter_serve.kernel.failures import CLI_TOKEN_HINT
 
 ECHO = "def handle(data, context):\n    return [row.get('body') for row in data or []]\n"
 SAMPLE = b'{"x": [1, 2]}'

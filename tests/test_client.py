@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_serve.client import ServeClient, ServeClientError, ServerInfo
+from jupyter_serve.kernel.client import ServeClient, ServeClientError, ServerInfo
 
 
 @pytest.fixture

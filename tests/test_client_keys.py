@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from route_models import server_config
 
-from jupyter_serve.client import ServeClient, ServeClientError, ServerInfo
-from jupyter_serve.keys import key_table
+from jupyter_serve.kernel.client import ServeClient, ServeClientError, ServerInfo
+from jupyter_serve.server.keys import key_table
 
 
 @pytest.fixture

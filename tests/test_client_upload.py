@@ -10,7 +10,7 @@ import pytest
 from route_models import PROBE, serve_state, server_config
 
 from jupyter_serve.archive import ArchiveSpec, build_mar
-from jupyter_serve.client import (
+from jupyter_serve.kernel.client import (
     NotAnArchive,
     ServeClient,
     ServeClientError,

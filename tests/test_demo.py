@@ -11,7 +11,7 @@ import pytest
 
 from jupyter_serve.archive import inspect_archive
 from jupyter_serve.demo import DEMO_MODEL, DEMO_VERSION, HANDLER_SOURCE, build_demo
-from jupyter_serve.models import RegisterParams
+from jupyter_serve.server.models import RegisterParams
 
 
 def test_build_demo_writes_a_torchserve_archive_and_replaces_an_old_one(tmp_path: Path) -> None:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_serve import deps
-from jupyter_serve.errors import BadRequest, ServeError
+from jupyter_serve.server import deps
+from jupyter_serve.wire.errors import BadRequest, ServeError
 
 
 def build_wheel(folder: Path, name: str, version: str) -> Path:

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from jupyter_serve import devices
-from jupyter_serve.errors import BadRequest
-from jupyter_serve.models import DeviceType
+from jupyter_serve.server import devices
+from jupyter_serve.server.models import DeviceType
+from jupyter_serve.wire.errors import BadRequest
 
 MIB = 1024 * 1024
 

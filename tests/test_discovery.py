@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from jupyter_serve.discovery import ServerInfo, ServerNotFound, discover
+from jupyter_serve.kernel.client import discover
+from jupyter_serve.kernel.discovery import ServerInfo, ServerNotFound
 
 
 def write_runtime(folder: Path, pid: int, url: str, token: str) -> None:

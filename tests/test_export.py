@@ -20,9 +20,9 @@ from serve_process import ServeProcess
 
 from jupyter_serve.archive import ArchiveSpec, build_mar, inspect_archive
 from jupyter_serve.cli import main
-from jupyter_serve.client import ServerInfo
-from jupyter_serve.models import RegisterParams
-from jupyter_serve.ts_config import read_properties
+from jupyter_serve.kernel.client import ServerInfo
+from jupyter_serve.server.models import RegisterParams
+from jupyter_serve.server.ts_config import read_properties
 
 SETTINGS = ("minWorkers", "maxWorkers", "batchSize", "maxBatchDelay", "responseTimeout",
             "startupTimeout")  # fmt: skip

@@ -21,7 +21,7 @@ from jupyter_serve.export import (
     write_export,
 )
 from jupyter_serve.export.kserve import resources, service_name
-from jupyter_serve.ts_config import read_properties
+from jupyter_serve.server.ts_config import read_properties
 
 ECHO = "def handle(data, context):\n    return data\n"
 

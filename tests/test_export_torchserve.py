@@ -32,9 +32,9 @@ from route_models import register, serve_state, server_config
 from torchserve_process import TorchServeProcess, free_port, skip_reason, torchserve_bin
 
 from jupyter_serve.cli import main
-from jupyter_serve.client import ServerInfo
 from jupyter_serve.demo import build_demo
-from jupyter_serve.models import RegisterParams
+from jupyter_serve.kernel.client import ServerInfo
+from jupyter_serve.server.models import RegisterParams
 
 pytestmark = [
     pytest.mark.torchserve,

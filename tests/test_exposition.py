@@ -1,4 +1,4 @@
-"""Tests for jupyter_serve.exposition: the Java simpleclient text format TorchServe emits."""
+"""Tests for server/metrics/exposition.py: the Java simpleclient text format TorchServe emits."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import re
 import pytest
 from prometheus_client.metrics_core import Metric
 
-from jupyter_serve.exposition import java_double, write_families
+from jupyter_serve.server.metrics.exposition import java_double, write_families
 
 
 @pytest.mark.parametrize(

@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from jupyter_server.utils import url_path_join
 from route_models import register, server_config
 
-from jupyter_serve.routes.openapi import api_description
+from jupyter_serve.server.http.openapi import api_description
 
 NAMES = ["probe", "nope", "a" * 300, "%ff", "..", "%2e%2e", "pro be", "probe:x", "1.0", "-1",
          "\u00e9t\u00e9", "probe/1.0"]  # fmt: skip

@@ -15,10 +15,10 @@ import pytest
 import torch
 from handler_fakes import FakeContext
 
-from jupyter_serve.errors import UnsafeArchive
 from jupyter_serve.handlers import dependencies
 from jupyter_serve.handlers.exceptions import PredictionException
 from jupyter_serve.handlers.factory import handler_factory, limit_gpu_memory
+from jupyter_serve.wire.errors import UnsafeArchive
 
 
 class _Recorder:

@@ -1,4 +1,4 @@
-"""`jupyter_serve.hub.HubScopesAuthorizer` without a hub: scope matching, owner, strangers.
+"""`jupyter_serve.server.hub.HubScopesAuthorizer` without a hub: scope matching, owner, strangers.
 
 The users are what JupyterHub's identity provider hands the authorizer: an object with
 the hub's user model in `hub_user` (`scopes` included). The last test builds one with
@@ -14,8 +14,8 @@ import pytest
 from jupyter_server.auth.authorizer import AllowAllAuthorizer
 from jupyter_server.auth.identity import IdentityProvider
 
-from jupyter_serve.hub import HubScopesAuthorizer, grants, required_scope, scopes_allow
-from jupyter_serve.routes.admission import fast_path_applies
+from jupyter_serve.server.http.admission import fast_path_applies
+from jupyter_serve.server.hub import HubScopesAuthorizer, grants, required_scope, scopes_allow
 
 OWNER = "ann"
 EXECUTE = "custom:jupyter_server:execute:serve"

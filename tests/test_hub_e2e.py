@@ -154,7 +154,7 @@ def test_every_prediction_of_a_connection_gets_the_hubs_decision(
     hub: HubProcess, tokens: dict[str, str], registered: None, user: str | None, status: int
 ) -> None:
     """Predictions first and only on a connection: the single-user server's fast path
-    answers them once the hub has said who the token is (routes/hub_verdicts.py), and only
+    answers them once the hub has said who the token is (server/http/hub_verdicts.py), and only
     for whom the full route would."""
     with hub.client(tokens[user] if user else None) as client:
         answers = [client.post(f"{SERVE}/predictions/demo", content=f"run {n}".encode())

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from jupyter_serve.errors import BadRequest
-from jupyter_serve.kernels import python_for_kernel, worker_pythonpath
+from jupyter_serve.server.kernels import python_for_kernel, worker_pythonpath
+from jupyter_serve.wire.errors import BadRequest
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_serve.keys import FILE_NAME, KEY_PREFIX, KeyStore, bearer_key, key_id_of, scope
+from jupyter_serve.server.keys import FILE_NAME, KEY_PREFIX, KeyStore, bearer_key, key_id_of, scope
 
 
 def test_a_minted_key_is_valid_for_every_model_and_shown_only_once(tmp_path: Path) -> None:

@@ -34,12 +34,13 @@ def heavy_modules_after(setup: str, watched: tuple[str, ...]) -> list[str]:
     ("setup", "watched"),
     [
         pytest.param(
-            "import jupyter_serve, jupyter_serve.archive, jupyter_serve.protocol",
+            "import jupyter_serve, jupyter_serve.archive, jupyter_serve.wire.protocol",
             SERVER_SIDE + MODEL_SIDE,
             id="package-archive-protocol",
         ),
         pytest.param(
-            "import jupyter_serve.pool, jupyter_serve.batching, jupyter_serve.models",
+            "import jupyter_serve.server.pool, jupyter_serve.server.batching\n"
+            "import jupyter_serve.server.models",
             SERVER_SIDE + MODEL_SIDE,
             id="pool-batcher-models",
         ),
@@ -51,7 +52,8 @@ def heavy_modules_after(setup: str, watched: tuple[str, ...]) -> list[str]:
             id="handlers",
         ),
         pytest.param(
-            "import jupyter_serve.magics, jupyter_serve.client, jupyter_serve.workspace",
+            "import jupyter_serve.kernel.magics, jupyter_serve.kernel.client\n"
+            "import jupyter_serve.kernel.workspace",
             (*SERVER_SIDE, "jupyter_server.serverapp", "torch"),
             id="kernel-side-magics-and-client",
         ),

@@ -13,7 +13,7 @@ from jupyter_server.utils import url_path_join
 from route_models import register, server_config
 from tornado.httpclient import HTTPResponse
 
-from jupyter_serve.logsafe import printable, scrub_uri
+from jupyter_serve.wire.logsafe import printable, scrub_uri
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
 SEEN = {"Content-Type": "application/json", "X-Mode": "seen"}
@@ -138,7 +138,7 @@ async def test_form_fields_named_token_or_xsrf_never_reach_the_handler(
 
 
 def test_worker_lines_reach_the_server_log_escaped(caplog: pytest.LogCaptureFixture) -> None:
-    from jupyter_serve.pool.logs import WorkerLog
+    from jupyter_serve.server.pool.logs import WorkerLog
 
     log = WorkerLog("echo")
     with caplog.at_level(logging.INFO, logger="jupyter_serve.worker"):

@@ -15,8 +15,8 @@ from IPython.core.interactiveshell import InteractiveShell
 from magic_shell import magic_shell
 
 from jupyter_serve.archive import inspect_archive
-from jupyter_serve.errors import ArchiveError
-from jupyter_serve.workspace import TryResult
+from jupyter_serve.kernel.workspace import TryResult
+from jupyter_serve.wire.errors import ArchiveError
 
 ECHO = """
 def handle(data, context):
@@ -202,7 +202,7 @@ async def test_serve_connect_reaches_a_real_server(
 async def test_serve_dashboard_polls_the_connected_server_until_closed(
     shell: InteractiveShell, server_url: tuple[str, str]
 ) -> None:
-    from jupyter_serve.widgets import ModelDashboard
+    from jupyter_serve.kernel.widgets import ModelDashboard
 
     await connect(shell, server_url)
     dashboard = shell.run_line_magic("serve", "dashboard --interval 3600")

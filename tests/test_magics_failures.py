@@ -18,8 +18,8 @@ from IPython.core.interactiveshell import InteractiveShell
 from magic_shell import magic_shell, point_at
 from route_models import PROBE, register, serve_state, server_config
 
-from jupyter_serve.client import ServeClient, ServeClientError, ServerInfo
-from jupyter_serve.failures import TOKEN_HINT
+from jupyter_serve.kernel.client import ServeClient, ServeClientError, ServerInfo
+from jupyter_serve.kernel.failures import TOKEN_HINT
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from magic_shell import magic_shell
 from route_models import server_config
 
-from jupyter_serve.client import ServerInfo
+from jupyter_serve.kernel.client import ServerInfo
 
 
 @pytest.fixture

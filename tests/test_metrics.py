@@ -1,4 +1,4 @@
-"""Tests for jupyter_serve.metrics: TorchServe's Prometheus series, the filter, the snapshot."""
+"""Tests for server/metrics/serve_metrics.py: TorchServe's Prometheus series, filter, snapshot."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from typing import Any
 import prometheus_client
 import pytest
 
-from jupyter_serve.batching import Batcher
-from jupyter_serve.devices import GpuStats
-from jupyter_serve.metrics import ServeMetrics
-from jupyter_serve.metrics_config import MetricsConfig, load_metrics_config
-from jupyter_serve.models import ModelSpec
-from jupyter_serve.pool import WorkerPool
-from jupyter_serve.protocol import InferenceRequest
+from jupyter_serve.server.batching import Batcher
+from jupyter_serve.server.devices import GpuStats
+from jupyter_serve.server.metrics.config import MetricsConfig, load_metrics_config
+from jupyter_serve.server.metrics.serve_metrics import ServeMetrics
+from jupyter_serve.server.models import ModelSpec
+from jupyter_serve.server.pool import WorkerPool
+from jupyter_serve.wire.protocol import InferenceRequest
 
 FAKE_WORKER = [sys.executable, str(Path(__file__).with_name("fake_worker.py"))]
 HANG_GUARD = 30.0  # seconds; only stops a broken pool from hanging the suite
@@ -412,7 +412,7 @@ def test_host_gauges_are_read_at_scrape_time() -> None:
 
 
 def test_real_host_readings_have_torchserves_names() -> None:
-    from jupyter_serve.host_metrics import HOST_GAUGES, host_readings
+    from jupyter_serve.server.metrics.host import HOST_GAUGES, host_readings
 
     readings = host_readings()  # psutil is installed with the test extras (ipykernel)
     assert sorted(readings) == sorted(HOST_GAUGES)

@@ -1,4 +1,4 @@
-"""Tests for jupyter_serve.metrics_config: TorchServe's metrics YAML, read and checked."""
+"""Tests for jupyter_serve.server.metrics.config: TorchServe's metrics YAML, read and checked."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_serve.errors import BadRequest
-from jupyter_serve.metrics_config import DEFAULT, MetricDecl, load_metrics_config
+from jupyter_serve.server.metrics.config import DEFAULT, MetricDecl, load_metrics_config
+from jupyter_serve.wire.errors import BadRequest
 
 EXAMPLE = Path(__file__).with_name("data") / "torchserve_custom_metrics" / "metrics.yaml"
 

@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 from tornado.httpclient import HTTPResponse
 
-from jupyter_serve.app import ServeApp
 from jupyter_serve.archive import ArchiveSpec, build_mar
+from jupyter_serve.server.app import ServeApp
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
 DATA = Path(__file__).with_name("data")

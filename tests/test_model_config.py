@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_serve.errors import BadRequest
-from jupyter_serve.model_config import (
+from jupyter_serve.server.model_config import (
     MAX_CONFIG_BYTES,
     ModelConfig,
     find_config,
     json_safe,
     load_model_config,
 )
+from jupyter_serve.wire.errors import BadRequest
 
 FULL_YAML = """\
 minWorkers: 1

@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_serve.errors import BadRequest
-from jupyter_serve.models import (
+from jupyter_serve.server.models import (
     BatchPolicy,
     DeviceType,
     ModelSpec,
@@ -19,6 +18,7 @@ from jupyter_serve.models import (
     ServerDefaults,
     resolve_spec,
 )
+from jupyter_serve.wire.errors import BadRequest
 
 
 def spec(**changes: Any) -> ModelSpec:
@@ -261,7 +261,7 @@ def test_yaml_gpu_without_gpus_falls_back_to_cpu(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     folder = model_folder(tmp_path, "deviceType: gpu\ndeviceIds: [0, 1]\n")
-    with caplog.at_level(logging.WARNING, logger="jupyter_serve.models"):
+    with caplog.at_level(logging.WARNING, logger="jupyter_serve.server.models"):
         s = resolve_spec(folder, gpus=0)
     assert (s.device_type, s.device_ids) == (DeviceType.CPU, ())
     assert "no GPU is usable" in caplog.text
@@ -274,7 +274,7 @@ def test_yaml_device_ids_beyond_the_visible_gpus_are_refused(tmp_path: Path) -> 
 
 
 def test_gpus_default_to_the_probe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from jupyter_serve import devices
+    from jupyter_serve.server import devices
 
     monkeypatch.setattr(devices, "gpu_count", lambda env=None: 1)
     assert resolve_spec(model_folder(tmp_path)).device_type is DeviceType.GPU

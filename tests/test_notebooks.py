@@ -30,7 +30,7 @@ from kserve_schema import validate_inference_service
 from nbclient import NotebookClient
 from serve_process import TOKEN, ServeProcess
 
-from jupyter_serve.client import TOKEN_ENV, URL_ENV
+from jupyter_serve.kernel.client import TOKEN_ENV, URL_ENV
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 KERNEL = "python3"

@@ -1,4 +1,4 @@
-"""Tests for jupyter_serve.oip: v2 tensors and the binary tensor extension's encoding."""
+"""Tests for jupyter_serve.wire.oip: v2 tensors and the binary tensor extension's encoding."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from tritonclient.utils import deserialize_bytes_tensor, serialize_byte_tensor
 
-from jupyter_serve.oip import (
+from jupyter_serve.wire.oip import (
     CHUNK,
     BinaryDataError,
     binary_response,

@@ -1,4 +1,4 @@
-"""Tests for jupyter_serve.pool with real worker processes (the quick tests/fake_worker.py)."""
+"""Tests for server/pool/ with real worker processes (the quick tests/fake_worker.py)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,9 @@ from typing import Any, TypeVar
 
 import pytest
 
-from jupyter_serve.batching import Batcher
-from jupyter_serve.errors import BadRequest, ServeError, ServiceUnavailable
-from jupyter_serve.models import BatchPolicy, DeviceType, ModelSpec
-from jupyter_serve.pool import (
+from jupyter_serve.server.batching import Batcher
+from jupyter_serve.server.models import BatchPolicy, DeviceType, ModelSpec
+from jupyter_serve.server.pool import (
     BatchFailed,
     ScaleResult,
     SubprocessWorker,
@@ -26,8 +25,9 @@ from jupyter_serve.pool import (
     WorkerPool,
     WorkerState,
 )
-from jupyter_serve.pool.pool import cpu_threads_per_worker
-from jupyter_serve.protocol import InferenceRequest, InferenceResult, Parameter
+from jupyter_serve.server.pool.pool import cpu_threads_per_worker
+from jupyter_serve.wire.errors import BadRequest, ServeError, ServiceUnavailable
+from jupyter_serve.wire.protocol import InferenceRequest, InferenceResult, Parameter
 
 T = TypeVar("T")
 FAKE_WORKER = [sys.executable, str(Path(__file__).with_name("fake_worker.py"))]
@@ -729,7 +729,7 @@ async def wait_for_log(pool: WorkerPool, text: str) -> None:
 
 
 def test_memory_falls_back_to_proc_without_psutil() -> None:
-    from jupyter_serve.pool import stats
+    from jupyter_serve.server.pool import stats
 
     rss = stats._proc_rss_bytes(os.getpid())
     assert rss > 1024 * 1024

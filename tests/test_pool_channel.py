@@ -7,9 +7,9 @@ import socket
 
 import pytest
 
-from jupyter_serve import protocol
-from jupyter_serve.pool.channel import Channel, Disconnected
-from jupyter_serve.protocol import Frame, InferenceResult, Kind, StreamChunk
+from jupyter_serve.server.pool.channel import Channel, Disconnected
+from jupyter_serve.wire import protocol
+from jupyter_serve.wire.protocol import Frame, InferenceResult, Kind, StreamChunk
 
 
 def chunk_frame(body: bytes) -> bytes:

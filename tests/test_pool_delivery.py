@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from jupyter_serve.pool.delivery import _with_queue_ms
-from jupyter_serve.protocol import InferenceResult
+from jupyter_serve.server.pool.delivery import _with_queue_ms
+from jupyter_serve.wire.protocol import InferenceResult
 
 
 def test_a_result_gets_its_queue_time_and_keeps_every_other_field() -> None:

@@ -1,4 +1,4 @@
-"""jupyter_serve.pool.factory with a real factory process and real forked workers.
+"""jupyter_serve.server.pool.factory with a real factory process and real forked workers.
 
 Each test runs its own `WorkerFactory` (one `import torch` each) and worker pools
 of small handlers written here. The factory's readiness and pending forks are
@@ -20,10 +20,10 @@ import psutil
 import pytest
 from factory_harness import Fleet, ask, gone, run, spec_maker, threads_of
 
-from jupyter_serve.models import ModelSpec
-from jupyter_serve.pool import WorkerFactory
-from jupyter_serve.pool.factory import FactoryState
-from jupyter_serve.pool.process import worker_command
+from jupyter_serve.server.models import ModelSpec
+from jupyter_serve.server.pool import WorkerFactory
+from jupyter_serve.server.pool.factory import FactoryState
+from jupyter_serve.server.pool.process import worker_command
 
 pytest.importorskip("torch")
 

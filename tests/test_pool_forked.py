@@ -22,8 +22,8 @@ import pytest
 from factory_harness import Fleet, ask, run, spec_maker, threads_of
 from test_devices import MIB, FakeNvml, Memory, Rates
 
-from jupyter_serve import devices
-from jupyter_serve.models import DeviceType, ModelSpec
+from jupyter_serve.server import devices
+from jupyter_serve.server.models import DeviceType, ModelSpec
 
 pytest.importorskip("torch")
 

@@ -1,6 +1,6 @@
 """What a worker's handler can reach of the server: no credential, no file of the Jupyter root.
 
-Real fresh and forked workers (jupyter_serve.pool.environment, worker.startpath): the
+Real fresh and forked workers (jupyter_serve.server.pool.environment, worker.startpath): the
 server's Jupyter and JupyterHub credentials and the variables a server lists are
 not in a handler's environment, and modules placed in the server's working
 directory (the Jupyter root) shadow nothing in the factory nor in any worker,
@@ -20,8 +20,8 @@ import psutil
 import pytest
 from factory_harness import Fleet, ask, run, spec_maker
 
-from jupyter_serve.models import ModelSpec
-from jupyter_serve.pool.environment import withheld, worker_environment
+from jupyter_serve.server.models import ModelSpec
+from jupyter_serve.server.pool.environment import withheld, worker_environment
 
 CREDENTIALS = {
     "JUPYTER_TOKEN": "server-token",

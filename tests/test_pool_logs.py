@@ -1,6 +1,6 @@
 """Worker output stays small: lines cut with a mark, the buffer bounded in bytes.
 
-jupyter_serve.pool.logs with real workers printing megabyte lines, fresh and forked:
+jupyter_serve.server.pool.logs with real workers printing megabyte lines, fresh and forked:
 what the buffer, the `jupyter_serve.worker` logger and the worker's tail get. The
 tests wait for a handler's last line through `WorkerLog.subscribe`, never by sleeping.
 """
@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from factory_harness import Fleet, ask, run, spec_maker
 
-from jupyter_serve.models import ModelSpec
-from jupyter_serve.pool import WorkerLog
-from jupyter_serve.pool.logs import (
+from jupyter_serve.server.models import ModelSpec
+from jupyter_serve.server.pool import WorkerLog
+from jupyter_serve.server.pool.logs import (
     CUT_MARK,
     MAX_LINE_CHARS,
     MAX_LOG_BYTES,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from jupyter_serve.pool.process import SOCKET_BUFFER_BYTES, worker_socketpair
+from jupyter_serve.server.pool.process import SOCKET_BUFFER_BYTES, worker_socketpair
 
 
 def test_both_ends_may_queue_a_large_batch() -> None:

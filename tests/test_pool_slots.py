@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from jupyter_serve.pool.errors import WorkerLoadError
-from jupyter_serve.pool.slots import BACKOFF, ScaleResult
+from jupyter_serve.server.pool.errors import WorkerLoadError
+from jupyter_serve.server.pool.slots import BACKOFF, ScaleResult
 
 
 def test_a_scale_without_failures_is_ok_and_has_no_messages() -> None:

@@ -7,8 +7,8 @@ import socket
 
 import pytest
 
-from jupyter_serve import protocol
-from jupyter_serve.protocol import (
+from jupyter_serve.wire import protocol
+from jupyter_serve.wire.protocol import (
     Frame,
     InferenceRequest,
     InferenceResult,

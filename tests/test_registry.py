@@ -1,4 +1,4 @@
-"""Tests for jupyter_serve.registry with real worker processes serving a tiny echo .mar."""
+"""Tests for jupyter_serve.server.registry with real worker processes serving a tiny echo .mar."""
 
 from __future__ import annotations
 
@@ -16,7 +16,15 @@ from typing import Any, TypeVar
 import pytest
 
 from jupyter_serve.archive import ArchiveSpec, build_mar
-from jupyter_serve.errors import (
+from jupyter_serve.server.models import RegisterParams
+from jupyter_serve.server.registry import (
+    Model,
+    ModelRegistry,
+    RegistryConfig,
+    read_snapshot,
+    snapshot_items,
+)
+from jupyter_serve.wire.errors import (
     BadRequest,
     ConflictStatus,
     DownloadArchive,
@@ -26,15 +34,7 @@ from jupyter_serve.errors import (
     OutOfResources,
     ServeError,
 )
-from jupyter_serve.models import RegisterParams
-from jupyter_serve.protocol import InferenceRequest, Parameter
-from jupyter_serve.registry import (
-    Model,
-    ModelRegistry,
-    RegistryConfig,
-    read_snapshot,
-    snapshot_items,
-)
+from jupyter_serve.wire.protocol import InferenceRequest, Parameter
 
 T = TypeVar("T")
 HANG_GUARD = 60.0  # seconds; only stops a broken registry from hanging the suite
@@ -353,7 +353,7 @@ def test_restore_logs_models_it_cannot_bring_back(
     run(registry.register(url))
     (store / url).unlink()
     fresh = make_registry()
-    with caplog.at_level(logging.ERROR, logger="jupyter_serve.registry.registry"):
+    with caplog.at_level(logging.ERROR, logger="jupyter_serve.server.registry.registry"):
         assert run(fresh.restore()) == []
     assert "Restoring model gone from gone.mar failed" in caplog.text
     assert all(record.exc_info is None for record in caplog.records)  # one line, no traceback

@@ -1,4 +1,4 @@
-"""registry/names.py: the one rule for names given to the model store, and NFC twins."""
+"""server/registry/names.py: the one rule for names given to the model store, and NFC twins."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_serve.errors import BadRequest
-from jupyter_serve.registry.names import UNSHOWN_CATEGORIES, name_problem, nfc, twin_in
-from jupyter_serve.registry.sources import locate
+from jupyter_serve.server.registry.names import UNSHOWN_CATEGORIES, name_problem, nfc, twin_in
+from jupyter_serve.server.registry.sources import locate
+from jupyter_serve.wire.errors import BadRequest
 
 COMPOSED, DECOMPOSED = "\u00e9.mar", "e\u0301.mar"  # "é.mar" twice
 
@@ -52,7 +52,7 @@ def test_a_register_url_breaking_the_rule_is_400_before_any_lookup(
 
 
 def test_a_model_version_must_show_as_what_it_is() -> None:
-    from jupyter_serve.models import ModelSpec
+    from jupyter_serve.server.models import ModelSpec
 
     base = {"model_name": "m", "version": "1.0", "model_dir": "/tmp/m", "handler": "h.py",
             "manifest": {}}  # fmt: skip
@@ -64,7 +64,7 @@ def test_a_model_version_must_show_as_what_it_is() -> None:
 
 def test_a_downloaded_archive_is_named_by_the_same_rule(tmp_path: Path) -> None:
     """Refused before any connection is made (the address would refuse one anyway)."""
-    from jupyter_serve.registry.download import download
+    from jupyter_serve.server.registry.download import download
 
     (tmp_path / "caf\u00e9.mar").write_bytes(b"x")
     allowed = [r"http://127\.0\.0\.1:9/.*"]
@@ -79,7 +79,7 @@ def test_the_openapi_patterns_take_exactly_the_names_the_rule_takes() -> None:
     """For every character of the Basic Multilingual Plane (all an ECMA pattern can name)."""
     import re
 
-    from jupyter_serve.routes.openapi_parts import PATTERNS
+    from jupyter_serve.server.http.openapi_parts import PATTERNS
 
     url, file_name = (re.compile(PATTERNS[name]()) for name in ("url", "file_name"))
     for code in range(0x10000):

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from jupyter_serve.errors import DownloadArchive, IllegalArgument, ModelNotFound
-from jupyter_serve.registry.download import check_allowed
-from jupyter_serve.registry.sources import NUL_IN_URL, Source, SourcePolicy, locate
+from jupyter_serve.server.registry.download import check_allowed
+from jupyter_serve.server.registry.sources import NUL_IN_URL, Source, SourcePolicy, locate
+from jupyter_serve.wire.errors import DownloadArchive, IllegalArgument, ModelNotFound
 
 OUTSIDE = "(local paths outside the model store are not allowed; see ServeApp.allow_local_paths)"
 

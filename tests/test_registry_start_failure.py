@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from jupyter_serve.errors import OutOfResources
-from jupyter_serve.pool import ScaleResult
-from jupyter_serve.pool.errors import WorkerLoadError
-from jupyter_serve.registry.start_failure import start_failure
+from jupyter_serve.server.pool import ScaleResult
+from jupyter_serve.server.pool.errors import WorkerLoadError
+from jupyter_serve.server.registry.start_failure import start_failure
+from jupyter_serve.wire.errors import OutOfResources
 
 TRACEBACK = (
     "Traceback (most recent call last):\n"

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from jupyter_serve.archive import ArchiveSpec, build_mar
-from jupyter_serve.errors import ArchiveError
-from jupyter_serve.models import RegisterParams
-from jupyter_serve.registry import RegistryConfig
-from jupyter_serve.registry.sources import Source
-from jupyter_serve.registry.workdir import prepare_model, remove_paths
+from jupyter_serve.server.models import RegisterParams
+from jupyter_serve.server.registry import RegistryConfig
+from jupyter_serve.server.registry.sources import Source
+from jupyter_serve.server.registry.workdir import prepare_model, remove_paths
+from jupyter_serve.wire.errors import ArchiveError
 
 HANDLER = "def handle(data, context):\n    return data\n"
 

@@ -20,8 +20,8 @@ from route_models import register, serve_state, server_config
 from test_routes_auth import CASES, routed_path
 from tornado.httpclient import HTTPResponse
 
-from jupyter_serve.routes import ROUTES
-from jupyter_serve.routes.access import allow
+from jupyter_serve.server.http import ROUTES
+from jupyter_serve.server.http.access import allow
 
 
 class PolicyAuthorizer(Authorizer):

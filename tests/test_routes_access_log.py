@@ -1,10 +1,10 @@
-"""Tests for the access log's one exception (routes/access_log.py), without a server."""
+"""Tests for the access log's one exception (server/http/access_log.py), without a server."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from jupyter_serve.routes.access_log import QuietPredictions, quiet_successful_predictions
+from jupyter_serve.server.http.access_log import QuietPredictions, quiet_successful_predictions
 
 
 class Handler:

@@ -14,8 +14,8 @@ import pytest
 from route_models import register, server_config
 from tornado.httpclient import HTTPResponse
 
-from jupyter_serve.routes.admission import admits, host_is_local, token_matches
-from jupyter_serve.routes.fastpath import FastPredictions
+from jupyter_serve.server.http.admission import admits, host_is_local, token_matches
+from jupyter_serve.server.http.fastpath import FastPredictions
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from route_models import PROBE, register, serve_state, server_config
 from tornado.httpclient import HTTPResponse
 
 from jupyter_serve.archive import ArchiveSpec, build_mar
-from jupyter_serve.models import RegisterParams
+from jupyter_serve.server.models import RegisterParams
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
 

@@ -1,4 +1,4 @@
-"""The auth crawl: every route of `jupyter_serve.routes.ROUTES`, every verb, needs Jupyter auth.
+"""The auth crawl: every route of `server.http.ROUTES`, every verb, needs Jupyter auth.
 
 For each pattern of the table a concrete URL is generated from the pattern's own
 regex (so routes added later are crawled too), and each verb the route class
@@ -24,8 +24,8 @@ from route_models import server_config
 from tornado import web
 from tornado.routing import PathMatches, Rule
 
-from jupyter_serve.routes import ROUTES
-from jupyter_serve.routes.base import ServeRoute
+from jupyter_serve.server.http import ROUTES
+from jupyter_serve.server.http.base import ServeRoute
 
 StatusFetch = Callable[..., Awaitable[int]]
 VERBS = ("GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS")

@@ -1,4 +1,4 @@
-"""Tests for the prediction exchange (routes/exchange.py) through both of its writers.
+"""Tests for the prediction exchange (server/http/exchange.py) through both of its writers.
 
 Every test runs on the three ways a prediction reaches a model: the serve lane
 (`ConnectionWriter` over a `LaneProtocol`), the lean rule (`ConnectionWriter` over
@@ -24,10 +24,10 @@ import pytest
 from route_models import STREAM, gate, register, release_if_waiting, serve_state, server_config
 from tornado.http1connection import HTTP1Connection
 
-from jupyter_serve.routes.exchange import Exchange
-from jupyter_serve.routes.fastpath import ConnectionWriter
-from jupyter_serve.routes.inference import HandlerWriter
-from jupyter_serve.routes.lane_connection import LaneProtocol
+from jupyter_serve.server.http.exchange import Exchange
+from jupyter_serve.server.http.fastpath import ConnectionWriter
+from jupyter_serve.server.http.inference import HandlerWriter
+from jupyter_serve.server.http.lane_connection import LaneProtocol
 
 TRANSPORTS = ["lane", "lean-rule", "full-route"]
 WAIT = 10  # seconds: the most any one step may take before the test fails

@@ -25,8 +25,8 @@ from route_models import (
 )
 from tornado.httpclient import HTTPResponse
 
-from jupyter_serve.routes.admission import fast_path_applies
-from jupyter_serve.routes.fastpath import FastPredictions, TokenPathMatches
+from jupyter_serve.server.http.admission import fast_path_applies
+from jupyter_serve.server.http.fastpath import FastPredictions, TokenPathMatches
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
 SAME_HEADERS = ("Content-Type", "dummy")

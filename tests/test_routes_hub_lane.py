@@ -22,11 +22,11 @@ import pytest
 from raw_http import connected
 from route_models import register, server_config
 
-from jupyter_serve.routes.admission import HUB_VERDICTS
-from jupyter_serve.routes.base import ServeRoute
-from jupyter_serve.routes.fastpath import FastPredictions
-from jupyter_serve.routes.hub_verdicts import HubVerdicts
-from jupyter_serve.routes.lane import Lane
+from jupyter_serve.server.http.admission import HUB_VERDICTS
+from jupyter_serve.server.http.base import ServeRoute
+from jupyter_serve.server.http.fastpath import FastPredictions
+from jupyter_serve.server.http.hub_verdicts import HubVerdicts
+from jupyter_serve.server.http.lane import Lane
 
 pytest.importorskip("jupyterhub.singleuser.extension")
 

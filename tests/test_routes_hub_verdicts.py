@@ -15,10 +15,10 @@ import pytest
 from jupyter_server.auth.authorizer import AllowAllAuthorizer
 from jupyter_server.auth.identity import IdentityProvider
 
-from jupyter_serve.hub import HubScopesAuthorizer
-from jupyter_serve.routes import hub_verdicts as verdicts_module
-from jupyter_serve.routes.admission import HUB_VERDICTS, fast_path_token
-from jupyter_serve.routes.hub_verdicts import HubVerdicts, hub_verdicts, user_only_decision
+from jupyter_serve.server.http import hub_verdicts as verdicts_module
+from jupyter_serve.server.http.admission import HUB_VERDICTS, fast_path_token
+from jupyter_serve.server.http.hub_verdicts import HubVerdicts, hub_verdicts, user_only_decision
+from jupyter_serve.server.hub import HubScopesAuthorizer
 
 auth = pytest.importorskip("jupyterhub.services.auth")
 extension = pytest.importorskip("jupyterhub.singleuser.extension")

@@ -315,7 +315,7 @@ def post_raw(
 ) -> Callable[..., Any]:
     """POST over a plain socket, to see the chunks as the server frames them (`http_server`
     makes the test server accept connections, as `jp_fetch` does). The token goes in the
-    header (the lean path, routes/fastpath.py) or in the query (the full route)."""
+    header (the lean path, server/http/fastpath.py) or in the query (the full route)."""
     by_header = request.param == "token-header"
     token = jp_auth_header["Authorization"].split()[-1]
     query = "" if by_header else f"?token={token}"

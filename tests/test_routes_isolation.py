@@ -14,7 +14,7 @@ import pytest
 from tornado.httpclient import HTTPResponse
 
 from jupyter_serve.archive import ArchiveSpec, build_mar
-from jupyter_serve.pool.logs import CUT_MARK, MAX_ANSWER_BYTES, MAX_LINE_CHARS
+from jupyter_serve.server.pool.logs import CUT_MARK, MAX_ANSWER_BYTES, MAX_LINE_CHARS
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
 HANG_GUARD = 120.0  # seconds; only stops a broken worker from hanging the suite

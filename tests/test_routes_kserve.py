@@ -12,7 +12,7 @@ import pytest
 from route_models import STREAM, register, serve_state, server_config
 from tornado.httpclient import HTTPClientError, HTTPResponse
 
-from jupyter_serve.oip import flatten, typed_data
+from jupyter_serve.wire.oip import flatten, typed_data
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
 JSON = "application/json"

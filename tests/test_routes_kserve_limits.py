@@ -1,7 +1,7 @@
 """Issue 22 on the KServe routes: nothing a caller sends can stall the Jupyter server.
 
 The server forwards each KServe request to the worker as one job with its body
-untouched (routes/kserve.py); the worker opens it (worker/kserve.py, whose own
+untouched (server/http/kserve.py); the worker opens it (worker/kserve.py, whose own
 tests show nothing is built before the checks pass). Here, end to end: a v2 shape
 that cannot describe its data is a 400, a request past `max_tensor_elements` a 413,
 an envelope with more items than the model's queue takes the queue's own 503, and
@@ -19,9 +19,9 @@ import pytest
 from route_models import register, serve_state, server_config
 from tornado.httpclient import HTTPResponse
 
-from jupyter_serve.errors import no_worker_message
-from jupyter_serve.oip import BINARY_HEADER, DEFAULT_MAX_TENSOR_ELEMENTS
-from jupyter_serve.protocol import KSERVE_HEADER, InferenceRequest
+from jupyter_serve.wire.errors import no_worker_message
+from jupyter_serve.wire.oip import BINARY_HEADER, DEFAULT_MAX_TENSOR_ELEMENTS
+from jupyter_serve.wire.protocol import KSERVE_HEADER, InferenceRequest
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
 V1, V2 = ("v1", "models", "probe:predict"), ("v2", "models", "probe", "infer")

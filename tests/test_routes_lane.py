@@ -19,9 +19,9 @@ import pytest
 from raw_http import connected
 from route_models import BROWSER_ORIGIN, STREAM, cors_server_config, register, server_config
 
-from jupyter_serve.routes.lane import Lane, PrefixedIOStream
-from jupyter_serve.routes.lane_connection import LaneProtocol
-from jupyter_serve.routes.lane_http import LaneRequest, NotForTheLane
+from jupyter_serve.server.http.lane import Lane, PrefixedIOStream
+from jupyter_serve.server.http.lane_connection import LaneProtocol
+from jupyter_serve.server.http.lane_http import LaneRequest, NotForTheLane
 
 
 @pytest.fixture

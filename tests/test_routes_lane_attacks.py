@@ -27,8 +27,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from route_models import register, server_config
 
-from jupyter_serve.routes.lane import Lane
-from jupyter_serve.routes.lane_connection import READ_SIZE, LaneProtocol
+from jupyter_serve.server.http.lane import Lane
+from jupyter_serve.server.http.lane_connection import READ_SIZE, LaneProtocol
 
 IDLE = 3.0  # seconds without a byte after which a connection counts as left open
 Outcome = tuple[tuple[tuple[int, bytes], ...], str]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from jupyter_serve.routes.lane_http import (
+from jupyter_serve.server.http.lane_http import (
     MAX_HEAD_BYTES,
     LaneHeaders,
     LaneRequest,

@@ -1,4 +1,4 @@
-"""Tests for jupyter_serve.routes.management through jp_fetch, with real echo workers.
+"""Tests for jupyter_serve.server.http.management through jp_fetch, with real echo workers.
 
 Each test's server gets its own model store and workdir (a local `jp_server_config`);
 archives are built into the store with jupyter_serve.archive, as a user's would be.
@@ -18,8 +18,8 @@ from route_models import release_if_waiting
 from tornado.httpclient import HTTPClientError, HTTPResponse
 
 from jupyter_serve.archive import ArchiveSpec, build_mar
-from jupyter_serve.pool import ScaleResult
-from jupyter_serve.registry import ModelRegistry
+from jupyter_serve.server.pool import ScaleResult
+from jupyter_serve.server.registry import ModelRegistry
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
 HANG_GUARD = 60.0  # seconds; only stops a broken route from hanging the suite

@@ -1,4 +1,4 @@
-"""`POST serve/models?url=...` as a client sees the url rules of registry/sources.py.
+"""`POST serve/models?url=...` as a client sees the url rules of server/registry/sources.py.
 
 By default a client names entries of the model store only: absolute paths and
 `file://` urls elsewhere get one 404 whether or not they exist, and a

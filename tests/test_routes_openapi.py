@@ -15,8 +15,8 @@ from route_models import register, server_config
 from serve_process import TOKEN, ServeProcess
 from tornado.httpclient import HTTPClientError, HTTPResponse
 
-from jupyter_serve.routes import ROUTES
-from jupyter_serve.routes.openapi import api_description
+from jupyter_serve.server.http import ROUTES
+from jupyter_serve.server.http.openapi import api_description
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
 

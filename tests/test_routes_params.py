@@ -1,4 +1,4 @@
-"""Tests for jupyter_serve.routes.params: TorchServe's lenient management-parameter parsing."""
+"""Tests for jupyter_serve.server.http.params: TorchServe's lenient management-parameter parsing."""
 
 from __future__ import annotations
 
@@ -6,9 +6,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_serve.errors import BadRequest
-from jupyter_serve.models import RegisterParams
-from jupyter_serve.routes.params import (
+from jupyter_serve.server.http.params import (
     bool_arg,
     check_worker_ceiling,
     int_arg,
@@ -19,6 +17,8 @@ from jupyter_serve.routes.params import (
     register_args,
     scale_args,
 )
+from jupyter_serve.server.models import RegisterParams
+from jupyter_serve.wire.errors import BadRequest
 
 
 def test_query_args_take_the_first_value_of_each_name() -> None:

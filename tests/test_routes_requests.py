@@ -12,8 +12,8 @@ from tornado.httputil import (
     parse_body_arguments,
 )
 
-from jupyter_serve.protocol import Parameter
-from jupyter_serve.routes.requests import new_request_id, to_inference_request
+from jupyter_serve.server.http.requests import new_request_id, to_inference_request
+from jupyter_serve.wire.protocol import Parameter
 
 
 def http_request(body: bytes, content_type: str, **headers: str) -> HTTPServerRequest:

@@ -12,8 +12,8 @@ from route_models import PROBE, serve_state, server_config
 from tornado.httpclient import HTTPResponse
 
 from jupyter_serve.archive import ArchiveSpec, build_mar
-from jupyter_serve.errors import BadRequest
-from jupyter_serve.routes.store import check_store_name
+from jupyter_serve.server.http.store import check_store_name
+from jupyter_serve.wire.errors import BadRequest
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
 LIMIT = 64 * 1024
@@ -104,7 +104,7 @@ def test_name_rules() -> None:
             check_store_name(name)
 
 
-# Names that do not show as what they are (registry/names.py), each refused with 400.
+# Names that do not show as what they are (server/registry/names.py), each refused with 400.
 UNSHOWN = {
     "x\u202egpj.mar": "U+202E (RIGHT-TO-LEFT OVERRIDE)",
     "del\x7f.mar": "U+007F",

@@ -1,4 +1,4 @@
-"""Tests for jupyter_serve.routes.summary: the panel's one-request view, through jp_fetch.
+"""Tests for jupyter_serve.server.http.summary: the panel's one-request view, through jp_fetch.
 
 Models are the PROBE echo handler of route_models, built into the store and served
 by real worker subprocesses.
@@ -16,8 +16,8 @@ import pytest
 from route_models import gate, register, release, release_if_waiting, serve_state, server_config
 from tornado.httpclient import HTTPClientError, HTTPResponse
 
-from jupyter_serve.models import RegisterParams
-from jupyter_serve.routes.summary import model_summary, version_status
+from jupyter_serve.server.http.summary import model_summary, version_status
+from jupyter_serve.server.models import RegisterParams
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
 HANG_GUARD = 60.0  # seconds; only stops a broken worker from hanging the suite

@@ -19,10 +19,10 @@ from typing import Any, TypeVar
 import pytest
 
 from jupyter_serve.archive import extract_mar
-from jupyter_serve.batching import Batcher
-from jupyter_serve.models import RegisterParams, resolve_spec
-from jupyter_serve.pool import WorkerPool
-from jupyter_serve.protocol import InferenceRequest, InferenceResult, Parameter
+from jupyter_serve.server.batching import Batcher
+from jupyter_serve.server.models import RegisterParams, resolve_spec
+from jupyter_serve.server.pool import WorkerPool
+from jupyter_serve.wire.protocol import InferenceRequest, InferenceResult, Parameter
 
 torch = pytest.importorskip("torch")
 

@@ -1,4 +1,4 @@
-"""Tests for jupyter_serve.ts_config: Java properties, TorchServe keys, load_models, env."""
+"""Tests for jupyter_serve.server.ts_config: Java properties, TorchServe keys, load_models, env."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_serve.models import ServerDefaults
-from jupyter_serve.ts_config import (
+from jupyter_serve.server.models import ServerDefaults
+from jupyter_serve.server.ts_config import (
     TorchServeConfig,
     TorchServeConfigError,
     apply_env_overrides,
@@ -156,7 +156,7 @@ def test_metrics_config_is_a_path_from_the_working_directory_as_in_torchserve(
 def test_token_setting_is_ignored_with_a_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.INFO, logger="jupyter_serve.ts_config"):
+    with caplog.at_level(logging.INFO, logger="jupyter_serve.server.ts_config"):
         config = load(
             tmp_path,
             "disable_token_authorization=true\n"

@@ -6,9 +6,9 @@ import urllib.error
 
 import pytest
 
-from jupyter_serve.client import ServeClientError
-from jupyter_serve.widgets.dashboard import ModelCard, ModelDashboard, render_snapshot
-from jupyter_serve.widgets.snapshot import DashboardSnapshot, ModelView, Trend, WorkerView
+from jupyter_serve.kernel.client import ServeClientError
+from jupyter_serve.kernel.widgets.dashboard import ModelCard, ModelDashboard, render_snapshot
+from jupyter_serve.kernel.widgets.snapshot import DashboardSnapshot, ModelView, Trend, WorkerView
 
 READY = WorkerView("9000", "READY", pid=4242, device="cpu", memory_bytes=300 * 2**20)
 GPU = WorkerView(

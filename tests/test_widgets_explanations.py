@@ -10,14 +10,14 @@ import ipywidgets
 import pytest
 from PIL import Image
 
-from jupyter_serve.widgets.explanations import (
+from jupyter_serve.kernel.widgets.explanations import (
     image_png,
     show_explanation,
     tabular_html,
     text_html,
     to_map,
 )
-from jupyter_serve.widgets.plots import NEGATIVE, POSITIVE, sparkline_svg
+from jupyter_serve.kernel.widgets.plots import NEGATIVE, POSITIVE, sparkline_svg
 
 
 def grid(height: int, width: int, peaks: dict[tuple[int, int], float]) -> list[list[float]]:

@@ -11,10 +11,10 @@ import threading
 
 import pytest
 
-from jupyter_serve.client import ServeClient, ServerInfo
-from jupyter_serve.widgets.dashboard import ModelDashboard
-from jupyter_serve.widgets.poller import Poller
-from jupyter_serve.widgets.snapshot import DashboardSnapshot, ModelView
+from jupyter_serve.kernel.client import ServeClient, ServerInfo
+from jupyter_serve.kernel.widgets.dashboard import ModelDashboard
+from jupyter_serve.kernel.widgets.poller import Poller
+from jupyter_serve.kernel.widgets.snapshot import DashboardSnapshot, ModelView
 
 HOUR = 3600.0
 WAIT = 5.0  # a guard against hanging, never a timing assertion

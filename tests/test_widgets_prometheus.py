@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from jupyter_serve.metrics import ServeMetrics
-from jupyter_serve.widgets.prometheus import Sample, parse_text, sum_by
+from jupyter_serve.kernel.widgets.prometheus import Sample, parse_text, sum_by
+from jupyter_serve.server.metrics.serve_metrics import ServeMetrics
 
 TEXT = r"""# HELP ts_inference_requests_total Total number of inference requests.
 # TYPE ts_inference_requests_total counter

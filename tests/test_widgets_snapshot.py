@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from route_models import register, server_config
 
-from jupyter_serve.client import Response, ServeClient, ServeClientError, ServerInfo
-from jupyter_serve.widgets.dashboard import ClientActions, ModelDashboard
-from jupyter_serve.widgets.snapshot import (
+from jupyter_serve.kernel.client import Response, ServeClient, ServeClientError, ServerInfo
+from jupyter_serve.kernel.widgets.dashboard import ClientActions, ModelDashboard
+from jupyter_serve.kernel.widgets.snapshot import (
     DashboardSnapshot,
     ModelView,
     Totals,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from jupyter_serve.widgets.snapshot import DashboardSnapshot, ModelView, ServerStats, Totals
-from jupyter_serve.widgets.trends import HISTORY, advance, percentile
+from jupyter_serve.kernel.widgets.snapshot import DashboardSnapshot, ModelView, ServerStats, Totals
+from jupyter_serve.kernel.widgets.trends import HISTORY, advance, percentile
 
 KEY = ("mnist", "1.0")
 MODELS = (ModelView(*KEY),)

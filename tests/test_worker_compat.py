@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from worker_harness import WorkerProcess, request, write_model
 
-from jupyter_serve.protocol import Kind
+from jupyter_serve.wire.protocol import Kind
 from jupyter_serve.worker import compat
 
 TS_HANDLER = """

@@ -1,7 +1,7 @@
 """`python -m jupyter_serve.worker.factory`: the fork server itself, driven over its socket.
 
 A real factory process gets fork requests (a socket end and two pipe ends per
-worker, as SCM_RIGHTS) the way jupyter_serve.pool.factory sends them; its forked
+worker, as SCM_RIGHTS) the way jupyter_serve.server.pool.factory sends them; its forked
 workers are then driven frame by frame (`worker_harness.WorkerConnection`).
 """
 
@@ -22,7 +22,7 @@ from typing import IO
 import pytest
 from worker_harness import SAFETY_TIMEOUT, WorkerConnection, request, write_model
 
-from jupyter_serve.protocol import (
+from jupyter_serve.wire.protocol import (
     Frame,
     InferenceResult,
     Kind,

@@ -8,7 +8,7 @@ import types
 import pytest
 
 from jupyter_serve.handlers.exceptions import PredictionException
-from jupyter_serve.protocol import Kind
+from jupyter_serve.wire.protocol import Kind
 from jupyter_serve.worker.failures import (
     is_out_of_memory,
     load_failure,

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from jupyter_serve.protocol import InferenceRequest, InferenceResult, Parameter
+from jupyter_serve.wire.protocol import InferenceRequest, InferenceResult, Parameter
 from jupyter_serve.worker.inputs import (
     TOO_DEEP,
     UNDECODABLE,

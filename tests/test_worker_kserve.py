@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from jupyter_serve.errors import no_worker_message
-from jupyter_serve.oip import BINARY_HEADER
-from jupyter_serve.protocol import KSERVE_HEADER, InferenceRequest, InferenceResult, Parameter
+from jupyter_serve.wire.errors import no_worker_message
+from jupyter_serve.wire.oip import BINARY_HEADER
+from jupyter_serve.wire.protocol import KSERVE_HEADER, InferenceRequest, InferenceResult, Parameter
 from jupyter_serve.worker import kserve_codec, kserve_tensors
 from jupyter_serve.worker.kserve import expand
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from worker_harness import WorkerProcess, request, write_model
 
-from jupyter_serve.protocol import Frame, Kind, encode_infer, write_frame_sync
+from jupyter_serve.wire.protocol import Frame, Kind, encode_infer, write_frame_sync
 
 ECHO = "def handle(data, context):\n    return data and [row['body'] for row in data]\n"
 

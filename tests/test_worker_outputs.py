@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_serve.protocol import InferenceResult
+from jupyter_serve.wire.protocol import InferenceResult
 from jupyter_serve.worker.context import Context
 from jupyter_serve.worker.outputs import (
     NOT_A_LIST,

@@ -16,7 +16,13 @@ from typing import Any
 import pytest
 from worker_harness import WorkerProcess, only_result, request, write_model
 
-from jupyter_serve.protocol import InferenceRequest, Kind, Parameter, ProtocolError, decode_results
+from jupyter_serve.wire.protocol import (
+    InferenceRequest,
+    Kind,
+    Parameter,
+    ProtocolError,
+    decode_results,
+)
 from jupyter_serve.worker.service import LoadSpec
 
 BEHAVIOURS = """

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from worker_harness import WorkerProcess, request, write_model
 
-from jupyter_serve.protocol import Kind, decode_results
+from jupyter_serve.wire.protocol import Kind, decode_results
 from jupyter_serve.worker.context import Context
 from jupyter_serve.worker.streaming import (
     StreamingUnavailable,

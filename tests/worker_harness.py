@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from jupyter_serve.protocol import (
+from jupyter_serve.wire.protocol import (
     Frame,
     InferenceRequest,
     InferenceResult,

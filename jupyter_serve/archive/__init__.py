@@ -6,7 +6,7 @@ CLI all import this package.
 
 from __future__ import annotations
 
-from .build import (
+from jupyter_serve.archive.build import (
     BUILTIN_HANDLERS,
     build_mar,
     collect_files,
@@ -14,10 +14,22 @@ from .build import (
     output_path,
     pack_folder,
 )
-from .extract import ArchiveListing, ExtractLimits, extract_mar, inspect_archive, model_root
-from .manifest import MANIFEST_PATH, Manifest, ModelInfo, check_model_name, read_manifest
-from .repack import holds_version, repack, running_manifest
-from .spec import ARCHIVE_FORMATS, ArchiveSpec, archiver_parser
+from jupyter_serve.archive.extract import (
+    ArchiveListing,
+    ExtractLimits,
+    extract_mar,
+    inspect_archive,
+    model_root,
+)
+from jupyter_serve.archive.manifest import (
+    MANIFEST_PATH,
+    Manifest,
+    ModelInfo,
+    check_model_name,
+    read_manifest,
+)
+from jupyter_serve.archive.repack import holds_version, repack, running_manifest
+from jupyter_serve.archive.spec import ARCHIVE_FORMATS, ArchiveSpec, archiver_parser
 
 __all__ = [
     "ARCHIVE_FORMATS",

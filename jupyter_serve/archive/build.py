@@ -16,6 +16,9 @@ Layout rules (the same as torch-model-archiver's):
 
 Archives are written to a temporary file beside the output and renamed into
 place, so a failed build never leaves a half-written `.mar`.
+
+`MAGICS_WORKDIR` is the folder the kernel's magics build in (kernel/workspace.py), which
+the server also accepts archives from (server/registry/sources.py).
 """
 
 from __future__ import annotations
@@ -35,13 +38,20 @@ from contextlib import contextmanager
 from io import BytesIO
 from pathlib import Path, PurePosixPath
 
-from .._version import __version__
-from ..errors import ArchiveError
-from .manifest import MANIFEST_PATH, Manifest, ModelInfo, check_model_name, now_created_on
-from .spec import ArchiveSpec
+from jupyter_serve._version import __version__
+from jupyter_serve.archive.manifest import (
+    MANIFEST_PATH,
+    Manifest,
+    ModelInfo,
+    check_model_name,
+    now_created_on,
+)
+from jupyter_serve.archive.spec import ArchiveSpec
+from jupyter_serve.wire.errors import ArchiveError
 
 log = logging.getLogger(__name__)
 
+MAGICS_WORKDIR = "jupyter_serve_work"  # relative to the kernel's working directory
 BUILTIN_HANDLERS = frozenset(
     {
         "base_handler",

@@ -17,10 +17,10 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from ..errors import ArchiveError
-from .build import build_mar
-from .extract import inspect_archive
-from .spec import ArchiveSpec, archiver_parser
+from jupyter_serve.archive.build import build_mar
+from jupyter_serve.archive.extract import inspect_archive
+from jupyter_serve.archive.spec import ArchiveSpec, archiver_parser
+from jupyter_serve.wire.errors import ArchiveError
 
 PROG = "jupyter-serve-archiver"
 

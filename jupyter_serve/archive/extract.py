@@ -36,10 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO
 
-from ..errors import ArchiveError, NotAnArchive, UnsafeArchive
-from .listing import ArchiveListing, inspect_archive
-from .manifest import MANIFEST_PATH, MAX_MANIFEST_BYTES
-from .members import MAX_HEADER_BYTES, open_tar, safe_member_path, shown
+from jupyter_serve.archive.listing import ArchiveListing, inspect_archive
+from jupyter_serve.archive.manifest import MANIFEST_PATH, MAX_MANIFEST_BYTES
+from jupyter_serve.archive.members import MAX_HEADER_BYTES, open_tar, safe_member_path, shown
+from jupyter_serve.wire.errors import ArchiveError, NotAnArchive, UnsafeArchive
 
 __all__ = [
     "MAX_HEADER_BYTES",

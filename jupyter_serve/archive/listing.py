@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from ..errors import ArchiveError
-from .manifest import MANIFEST_PATH, MAX_MANIFEST_BYTES, Manifest
-from .members import open_tar, shown
+from jupyter_serve.archive.manifest import MANIFEST_PATH, MAX_MANIFEST_BYTES, Manifest
+from jupyter_serve.archive.members import open_tar, shown
+from jupyter_serve.wire.errors import ArchiveError
 
 __all__ = ["ArchiveListing", "inspect_archive"]
 

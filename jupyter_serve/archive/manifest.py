@@ -32,7 +32,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..errors import ArchiveError
+from jupyter_serve.wire.errors import ArchiveError
 
 MANIFEST_PATH = "MAR-INF/MANIFEST.json"
 RUNTIMES = ("python", "python3", "LSP")

@@ -15,7 +15,7 @@ import zlib
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
-from ..errors import UnsafeArchive
+from jupyter_serve.wire.errors import UnsafeArchive
 
 __all__ = ["MAX_HEADER_BYTES", "open_tar", "safe_member_path", "shown"]
 

@@ -19,10 +19,10 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from ..errors import ServeError
-from .build import pack_folder
-from .extract import ExtractLimits, extract_mar, inspect_archive
-from .manifest import Manifest
+from jupyter_serve.archive.build import pack_folder
+from jupyter_serve.archive.extract import ExtractLimits, extract_mar, inspect_archive
+from jupyter_serve.archive.manifest import Manifest
+from jupyter_serve.wire.errors import ServeError
 
 __all__ = ["holds_version", "repack", "running_manifest"]
 

@@ -17,8 +17,8 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 
-from ..errors import ArchiveError
-from .manifest import RUNTIMES
+from jupyter_serve.archive.manifest import RUNTIMES
+from jupyter_serve.wire.errors import ArchiveError
 
 ARCHIVE_FORMATS = ("tgz", "no-archive", "zip-store", "default")
 

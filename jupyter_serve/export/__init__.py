@@ -19,9 +19,14 @@ One concern per module:
 
 from __future__ import annotations
 
-from .command import add_export_arguments, export_in_notebook, export_status, run_export
-from .layout import ExportOptions, ExportResult, write_export
-from .plan import ExportError, ExportItem, NotExported, Skipped
+from jupyter_serve.export.command import (
+    add_export_arguments,
+    export_in_notebook,
+    export_status,
+    run_export,
+)
+from jupyter_serve.export.layout import ExportOptions, ExportResult, write_export
+from jupyter_serve.export.plan import ExportError, ExportItem, NotExported, Skipped
 
 __all__ = [
     "ExportError",

@@ -16,11 +16,11 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from ..client import ServeClient
-from ..failures import failure_line
-from .gather import from_server, from_snapshot
-from .layout import ExportOptions, ExportResult, write_export
-from .plan import ExportError
+from jupyter_serve.export.gather import from_server, from_snapshot
+from jupyter_serve.export.layout import ExportOptions, ExportResult, write_export
+from jupyter_serve.export.plan import ExportError
+from jupyter_serve.kernel.client import ServeClient
+from jupyter_serve.kernel.failures import failure_line
 
 __all__ = ["add_export_arguments", "export_in_notebook", "export_status", "run_export"]
 

@@ -22,8 +22,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from ..archive import Manifest, ModelInfo, inspect_archive
-from ..model_config import CONFIG_NAME, MAX_CONFIG_BYTES, SECTION, ModelConfig, load_model_config
+from jupyter_serve.archive import Manifest, ModelInfo, inspect_archive
+from jupyter_serve.server.model_config import (
+    CONFIG_NAME,
+    MAX_CONFIG_BYTES,
+    SECTION,
+    ModelConfig,
+    load_model_config,
+)
 
 __all__ = ["SAMPLE_SUFFIXES", "ArchiveFacts", "archive_facts", "sample_member"]
 

@@ -2,7 +2,7 @@
 
 * `from_server(client, models)`: the server's models (`GET models`, every page), each
   version's settings from `GET models/{m}/all` (the default one from `GET models/{m}`),
-  its archive streamed from `GET models/{m}/{v}/archive` (routes/archives.py);
+  its archive streamed from `GET models/{m}/{v}/archive` (server/http/archives.py);
 * `from_snapshot(path, model_store, models)`: a snapshot file (`<workdir>/snapshot.json`)
   and the files it names: an archive still holding the version is copied, a folder or an
   archive of other content is packed anew (archive/repack.py), a missing one is left out.
@@ -20,12 +20,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..archive import Manifest, holds_version, read_manifest, repack, running_manifest
-from ..archive.extract import inspect_archive
-from ..client import ServeClient, ServeClientError, client_error
-from ..errors import ServeError
-from ..registry.snapshot import SnapshotItem, read_snapshot
-from .plan import ExportItem, NotExported, Skipped
+from jupyter_serve.archive import Manifest, holds_version, read_manifest, repack, running_manifest
+from jupyter_serve.archive.extract import inspect_archive
+from jupyter_serve.export.plan import ExportItem, NotExported, Skipped
+from jupyter_serve.kernel.client import ServeClient, ServeClientError, client_error
+from jupyter_serve.server.registry.snapshot import SnapshotItem, read_snapshot
+from jupyter_serve.wire.errors import ServeError
 
 __all__ = ["download_archive", "from_server", "from_snapshot"]
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from .plan import ExportItem
+from jupyter_serve.export.plan import ExportItem
 
 __all__ = [
     "MAX_CPUS",

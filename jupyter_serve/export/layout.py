@@ -22,13 +22,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..errors import ServeError
-from .facts import archive_facts
-from .kserve import inference_service, inference_service_yaml, service_name
-from .plan import ExportError, ExportItem, NotExported, Skipped
-from .properties import config_properties
-from .readme import Exported, readme
-from .samples import write_samples
+from jupyter_serve.export.facts import archive_facts
+from jupyter_serve.export.kserve import inference_service, inference_service_yaml, service_name
+from jupyter_serve.export.plan import ExportError, ExportItem, NotExported, Skipped
+from jupyter_serve.export.properties import config_properties
+from jupyter_serve.export.readme import Exported, readme
+from jupyter_serve.export.samples import write_samples
+from jupyter_serve.wire.errors import ServeError
 
 __all__ = ["ExportOptions", "ExportResult", "write_export"]
 

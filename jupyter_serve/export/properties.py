@@ -30,8 +30,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..ts_config import format_properties
-from .plan import ExportItem
+from jupyter_serve.export.plan import ExportItem
+from jupyter_serve.server.ts_config import format_properties
 
 __all__ = ["KSERVE_MOUNT", "config_properties", "model_snapshot"]
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .facts import ArchiveFacts
-from .plan import ExportItem, Skipped
-from .samples import Sample
+from jupyter_serve.export.facts import ArchiveFacts
+from jupyter_serve.export.plan import ExportItem, Skipped
+from jupyter_serve.export.samples import Sample
 
 __all__ = ["Exported", "readme"]
 

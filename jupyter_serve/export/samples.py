@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-from ..archive.members import open_tar
-from .facts import MAX_SAMPLE_BYTES
+from jupyter_serve.archive.members import open_tar
+from jupyter_serve.export.facts import MAX_SAMPLE_BYTES
 
 if TYPE_CHECKING:  # readme.py imports `Sample`
-    from .readme import Exported
+    from jupyter_serve.export.readme import Exported
 
 __all__ = ["CONTENT_TYPES", "Sample", "write_samples"]
 

@@ -20,15 +20,15 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .base import BaseHandler
-    from .exceptions import PredictionException
-    from .factory import handler_factory
-    from .image_classifier import ImageClassifier
-    from .image_segmenter import ImageSegmenter
-    from .object_detector import ObjectDetector
-    from .text_classifier import TextClassifier
-    from .utils import load_label_mapping, map_class_to_label
-    from .vision import VisionHandler
+    from jupyter_serve.handlers.base import BaseHandler
+    from jupyter_serve.handlers.exceptions import PredictionException
+    from jupyter_serve.handlers.factory import handler_factory
+    from jupyter_serve.handlers.image_classifier import ImageClassifier
+    from jupyter_serve.handlers.image_segmenter import ImageSegmenter
+    from jupyter_serve.handlers.object_detector import ObjectDetector
+    from jupyter_serve.handlers.text_classifier import TextClassifier
+    from jupyter_serve.handlers.utils import load_label_mapping, map_class_to_label
+    from jupyter_serve.handlers.vision import VisionHandler
 
 _LOCATIONS = {
     "BaseHandler": "base",

@@ -16,15 +16,21 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import loading
-from .exceptions import PredictionException
-from .timer import timed
-from .utils import LabelMapping, decode_json, explain_target, load_label_mapping, row_input
+from jupyter_serve.handlers import loading
+from jupyter_serve.handlers.exceptions import PredictionException
+from jupyter_serve.handlers.timer import timed
+from jupyter_serve.handlers.utils import (
+    LabelMapping,
+    decode_json,
+    explain_target,
+    load_label_mapping,
+    row_input,
+)
 
 if TYPE_CHECKING:
     import torch
 
-    from .contract import HandlerContext
+    from jupyter_serve.handlers.contract import HandlerContext
 
 log = logging.getLogger(__name__)
 

@@ -25,8 +25,8 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from ..archive.extract import extract_mar
-from ..errors import UnsafeArchive
+from jupyter_serve.archive.extract import extract_mar
+from jupyter_serve.wire.errors import UnsafeArchive
 
 log = logging.getLogger(__name__)
 

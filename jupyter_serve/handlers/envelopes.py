@@ -30,7 +30,7 @@ from collections.abc import Callable
 from itertools import chain
 from typing import Any
 
-from ..oip import flatten, typed_data
+from jupyter_serve.wire.oip import flatten, typed_data
 
 HandleFn = Callable[[Any, Any], Any]
 

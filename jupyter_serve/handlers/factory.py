@@ -24,14 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import dependencies, loading
-from .exceptions import PredictionException
-from .utils import row_input
+from jupyter_serve.handlers import dependencies, loading
+from jupyter_serve.handlers.exceptions import PredictionException
+from jupyter_serve.handlers.utils import row_input
 
 if TYPE_CHECKING:
     import torch
 
-    from .contract import HandlerContext
+    from jupyter_serve.handlers.contract import HandlerContext
 
 log = logging.getLogger(__name__)
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import imaging
-from .utils import map_class_to_label
-from .vision import VisionHandler
+from jupyter_serve.handlers import imaging
+from jupyter_serve.handlers.utils import map_class_to_label
+from jupyter_serve.handlers.vision import VisionHandler
 
 
 class ImageClassifier(VisionHandler):

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from . import imaging
-from .vision import VisionHandler
+from jupyter_serve.handlers import imaging
+from jupyter_serve.handlers.vision import VisionHandler
 
 
 class ImageSegmenter(VisionHandler):

@@ -15,7 +15,7 @@ import io
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from .exceptions import PredictionException
+from jupyter_serve.handlers.exceptions import PredictionException
 
 if TYPE_CHECKING:
     import torch

@@ -26,7 +26,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from .utils import list_classes_from_module
+from jupyter_serve.handlers.utils import list_classes_from_module
 
 if TYPE_CHECKING:
     import torch

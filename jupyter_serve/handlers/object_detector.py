@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .utils import label_name
-from .vision import VisionHandler
+from jupyter_serve.handlers.utils import label_name
+from jupyter_serve.handlers.vision import VisionHandler
 
 
 class ObjectDetector(VisionHandler):

@@ -15,15 +15,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import text
-from .base import BaseHandler
-from .exceptions import PredictionException
-from .utils import decode_text, explain_target, map_class_to_label, row_input
+from jupyter_serve.handlers import text
+from jupyter_serve.handlers.base import BaseHandler
+from jupyter_serve.handlers.exceptions import PredictionException
+from jupyter_serve.handlers.utils import decode_text, explain_target, map_class_to_label, row_input
 
 if TYPE_CHECKING:
     import torch
 
-    from .contract import HandlerContext
+    from jupyter_serve.handlers.contract import HandlerContext
 
 
 class TextClassifier(BaseHandler):

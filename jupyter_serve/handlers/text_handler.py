@@ -20,13 +20,13 @@ import unicodedata
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import text
-from .base import BaseHandler
+from jupyter_serve.handlers import text
+from jupyter_serve.handlers.base import BaseHandler
 
 if TYPE_CHECKING:
     import torch
 
-    from .contract import HandlerContext
+    from jupyter_serve.handlers.contract import HandlerContext
 
 VOCAB_FILES = ("source_vocab.json", "source_vocab.pt")
 _TAGS = re.compile(r"<[^>]*>")

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .exceptions import PredictionException
+from jupyter_serve.handlers.exceptions import PredictionException
 
 log = logging.getLogger(__name__)
 

@@ -12,16 +12,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import imaging
-from .base import BaseHandler
-from .exceptions import PredictionException
-from .utils import row_input
+from jupyter_serve.handlers import imaging
+from jupyter_serve.handlers.base import BaseHandler
+from jupyter_serve.handlers.exceptions import PredictionException
+from jupyter_serve.handlers.utils import row_input
 
 if TYPE_CHECKING:
     import torch
     from PIL.Image import Image
 
-    from .contract import HandlerContext
+    from jupyter_serve.handlers.contract import HandlerContext
 
 
 class VisionHandler(BaseHandler):

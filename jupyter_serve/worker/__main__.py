@@ -15,10 +15,10 @@ import logging
 import socket
 import sys
 
-from ..protocol import ProtocolError
-from . import compat
-from .service import ModelService, serve
-from .startpath import drop_start_entry
+from jupyter_serve.wire.protocol import ProtocolError
+from jupyter_serve.worker import compat
+from jupyter_serve.worker.service import ModelService, serve
+from jupyter_serve.worker.startpath import drop_start_entry
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 

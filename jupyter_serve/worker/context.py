@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..protocol import StreamChunk
-from .metrics import MetricsCache
+from jupyter_serve.wire.protocol import StreamChunk
+from jupyter_serve.worker.metrics import MetricsCache
 
 SERVER_NAME = "MMS"  # TorchServe still reports the Multi Model Server name.
 SEQUENCE_ID_HEADER = "ts_request_sequence_id"

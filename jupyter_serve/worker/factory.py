@@ -1,9 +1,9 @@
 """The worker factory: one warm interpreter that forks new workers (a fork server, "zygote").
 
 ``python -m jupyter_serve.worker.factory --fd N``: `N` is an inherited AF_UNIX
-SOCK_SEQPACKET socket carrying one jupyter_serve.protocol frame per packet (kinds
+SOCK_SEQPACKET socket carrying one jupyter_serve.wire.protocol frame per packet (kinds
 F, R and E: see the protocol's docstring). The server side is
-jupyter_serve.pool.factory.
+jupyter_serve.server.pool.factory.
 
 The factory imports torch and the handler runtime (`warm.warm_up`) and nothing
 else. It runs no torch op, so no OpenMP or MKL thread pool exists; it never asks
@@ -43,10 +43,10 @@ import sys
 import warnings
 from collections.abc import Sequence
 
-from ..protocol import Frame, Kind, ProtocolError, decode_packet, encode
-from . import warm
-from .pageout import release_file_pages
-from .startpath import drop_start_entry
+from jupyter_serve.wire.protocol import Frame, Kind, ProtocolError, decode_packet, encode
+from jupyter_serve.worker import warm
+from jupyter_serve.worker.pageout import release_file_pages
+from jupyter_serve.worker.startpath import drop_start_entry
 
 MAX_PACKET = 64 * 1024
 FDS_PER_FORK = 3  # the worker's socket, its stdout, its stderr
@@ -197,7 +197,7 @@ class Factory:
         os.dup2(err, 2)
         _close([out, err])
         _reseed_numpy()
-        from .__main__ import run
+        from jupyter_serve.worker.__main__ import run
 
         return run(sock)
 

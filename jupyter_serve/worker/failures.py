@@ -14,7 +14,7 @@ anything else                                                 503     "Predictio
 The generic 503 also carries a `cause`, "<ExceptionType>: <message>" (`exception_cause`:
 the message's first line, at most `CAUSE_LENGTH` characters, credential-looking
 `name=value` pairs and URL passwords hidden), which the server adds to TorchServe's
-error JSON beside the message, as registry/start_failure.py does for a failed load.
+error JSON beside the message, as server/registry/start_failure.py does for a failed load.
 
 A `PredictionException` is any class named so in the exception's MRO that carries
 an int `error_code`: ours (`jupyter_serve.handlers.exceptions`), TorchServe's
@@ -38,12 +38,11 @@ import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ..errors import ServeError
-from ..logsafe import printable
-from ..protocol import Frame, InferenceResult, Kind
-from .outputs import InvalidOutput
+from jupyter_serve.wire.errors import ServeError
+from jupyter_serve.wire.logsafe import printable
+from jupyter_serve.wire.protocol import Frame, InferenceResult, Kind
+from jupyter_serve.worker.outputs import InvalidOutput
 
-ERROR_TYPE = "InternalServerException"
 PREDICTION_FAILED = "Prediction failed"
 OUT_OF_RESOURCES = "Out of resources"
 CAUSE_LENGTH = 300  # characters of the handler's exception kept in the answer
@@ -66,7 +65,7 @@ class Failure:
     def frame(self) -> Frame:
         header = {
             "status": self.status,
-            "type": ERROR_TYPE,
+            "type": ServeError.error_type,
             "message": self.message,
             "traceback": self.traceback,
         }

@@ -42,9 +42,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import BadRequest
-from ..protocol import InferenceRequest, InferenceResult, Parameter
-from .failures import error_result, format_traceback
+from jupyter_serve.wire.errors import BadRequest
+from jupyter_serve.wire.protocol import InferenceRequest, InferenceResult, Parameter
+from jupyter_serve.worker.failures import error_result, format_traceback
 
 JSON_TYPE = "application/json"
 DESCRIBE_COMMAND = "describe"

@@ -2,7 +2,7 @@
 
 The Jupyter server never parses a KServe body: its loop serves the user's kernels
 and files too, and one 6 MB JSON tensor costs a parse that holds the GIL for a
-fifth of a second. Its KServe routes (routes/kserve.py) send each request as one
+fifth of a second. Its KServe routes (server/http/kserve.py) send each request as one
 job, body untouched, with the `KSERVE_HEADER` header (protocol.py) saying which
 protocol it is, how many items the model's queue would take (`room`), how many
 elements its tensors may hold and which model version answers. Here, before the
@@ -30,12 +30,12 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..errors import BadRequest, ServeError
-from ..oip import BINARY_HEADER, BINARY_TYPE, DEFAULT_MAX_TENSOR_ELEMENTS
-from ..protocol import KSERVE_HEADER, InferenceRequest, InferenceResult
-from .failures import error_result, format_traceback
-from .inputs import UNDECODABLE
-from .kserve_codec import (
+from jupyter_serve.wire.errors import BadRequest, ServeError
+from jupyter_serve.wire.oip import BINARY_HEADER, BINARY_TYPE, DEFAULT_MAX_TENSOR_ELEMENTS
+from jupyter_serve.wire.protocol import KSERVE_HEADER, InferenceRequest, InferenceResult
+from jupyter_serve.worker.failures import error_result, format_traceback
+from jupyter_serve.worker.inputs import UNDECODABLE
+from jupyter_serve.worker.kserve_codec import (
     JSON_TYPE,
     TOO_DEEP,
     Items,

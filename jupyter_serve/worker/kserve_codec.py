@@ -22,8 +22,8 @@ import base64
 import json
 from typing import Any, NamedTuple
 
-from ..errors import BadRequest, queue_full
-from ..oip import (
+from jupyter_serve.wire.errors import BadRequest, queue_full
+from jupyter_serve.wire.oip import (
     BINARY_TYPE,
     BinaryDataError,
     binary_response,
@@ -31,8 +31,8 @@ from ..oip import (
     split_binary_request,
     typed_data,
 )
-from ..protocol import Parameter
-from .kserve_tensors import Budget, Encoded, input_row
+from jupyter_serve.wire.protocol import Parameter
+from jupyter_serve.worker.kserve_tensors import Budget, Encoded, input_row
 
 __all__ = ["Items", "Limits", "v1_answer", "v1_items", "v2_answer", "v2_items"]
 

@@ -28,8 +28,8 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, NamedTuple
 
-from ..errors import BadRequest, RequestTooLarge
-from ..oip import CHUNK, bytes_spans, element_count, flatten, read_elements
+from jupyter_serve.wire.errors import BadRequest, RequestTooLarge
+from jupyter_serve.wire.oip import CHUNK, bytes_spans, element_count, flatten, read_elements
 
 __all__ = [
     "MAX_DIMS", "Budget", "Encoded", "input_row", "nested_lists", "tensor_json", "tensor_shape",

@@ -34,8 +34,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ..errors import ServeError
-from .context import Context
+from jupyter_serve.wire.errors import ServeError
+from jupyter_serve.worker.context import Context
 
 DEFAULT_BUILTIN_PACKAGE = "jupyter_serve.handlers"
 DEFAULT_FUNCTION = "handle"

@@ -18,9 +18,9 @@ import json
 import sys
 from typing import Any
 
-from ..protocol import InferenceResult
-from .context import Context
-from .numbers_json import numbers_json
+from jupyter_serve.wire.protocol import InferenceResult
+from jupyter_serve.worker.context import Context
+from jupyter_serve.worker.numbers_json import numbers_json
 
 NOT_A_LIST = "Invalid model predict output"
 WRONG_LENGTH = "number of batch response mismatched"

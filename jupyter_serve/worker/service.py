@@ -43,8 +43,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from ..archive import read_manifest
-from ..protocol import (
+from jupyter_serve.archive import read_manifest
+from jupyter_serve.wire.protocol import (
     Frame,
     InferenceRequest,
     InferenceResult,
@@ -57,14 +57,24 @@ from ..protocol import (
     read_frame_sync,
     write_frame_sync,
 )
-from .context import Context
-from .failures import Failure, format_traceback, load_failure, prediction_failure
-from .inputs import BatchInput, build_batch
-from .kserve import expand
-from .loader import DEFAULT_BUILTIN_PACKAGE, HandleFunction, HandlerLoadError, load_handler
-from .metrics import MetricsCache
-from .outputs import build_results
-from .warm import apply_settings, set_torch_threads
+from jupyter_serve.worker.context import Context
+from jupyter_serve.worker.failures import (
+    Failure,
+    format_traceback,
+    load_failure,
+    prediction_failure,
+)
+from jupyter_serve.worker.inputs import BatchInput, build_batch
+from jupyter_serve.worker.kserve import expand
+from jupyter_serve.worker.loader import (
+    DEFAULT_BUILTIN_PACKAGE,
+    HandleFunction,
+    HandlerLoadError,
+    load_handler,
+)
+from jupyter_serve.worker.metrics import MetricsCache
+from jupyter_serve.worker.outputs import build_results
+from jupyter_serve.worker.warm import apply_settings, set_torch_threads
 
 PREDICTION_METRIC = "PredictionTime"
 
@@ -203,7 +213,7 @@ class ModelService:
 
 def enveloped(name: str, handle: HandleFunction) -> HandleFunction:
     """`handle` wrapped in TorchServe's request envelope `name` (json, body, kserve, ...)."""
-    from ..handlers.envelopes import ENVELOPES
+    from jupyter_serve.handlers.envelopes import ENVELOPES
 
     if name not in ENVELOPES:
         known = ", ".join(sorted(ENVELOPES))

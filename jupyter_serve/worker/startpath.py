@@ -2,7 +2,7 @@
 
 ``python -m`` puts its working directory first on `sys.path` unless `-P` was given
 (Python 3.11+). Workers and the worker factory start in the folder holding
-jupyter_serve (jupyter_serve.pool.environment), never in the Jupyter root, so that
+jupyter_serve (jupyter_serve.server.pool.environment), never in the Jupyter root, so that
 entry adds nothing; `drop_start_entry` removes it even so, before anything is
 imported from `sys.path` afterwards, leaving only the model's own folder (added
 when it loads, worker.loader), its dependencies (`PYTHONPATH`) and the environment.

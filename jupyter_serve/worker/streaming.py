@@ -23,9 +23,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..protocol import InferenceResult, StreamChunk
-from .context import Context
-from .outputs import WRONG_LENGTH, InvalidOutput, result_for
+from jupyter_serve.wire.protocol import InferenceResult, StreamChunk
+from jupyter_serve.worker.context import Context
+from jupyter_serve.worker.outputs import WRONG_LENGTH, InvalidOutput, result_for
 
 STREAM_NEXT = "ts_stream_next"
 

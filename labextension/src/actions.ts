@@ -35,7 +35,7 @@ import { ServingModel } from './model';
 import { uploadToStore } from './store';
 import { IModelSummary, ISummary, modelKey } from './summary';
 
-/** Archive names the server registers (jupyter_serve/registry/sources.py). */
+/** Archive names the server registers (jupyter_serve/server/registry/sources.py). */
 export const ARCHIVE = /\.(mar|zip|tgz|tar\.gz)$/i;
 
 export interface IActionContext {

@@ -5,7 +5,7 @@
  * read or written by this code. A TorchServe error body
  * `{"code", "type", "message"}` becomes a `ServeRequestError` carrying its message,
  * and the one-line `cause` jupyter_serve adds beside it when it knows why
- * (jupyter_serve/errors.py), shown as `message (cause: ...)` (`detail`).
+ * (jupyter_serve/wire/errors.py), shown as `message (cause: ...)` (`detail`).
  */
 
 import { URLExt } from '@jupyterlab/coreutils';
@@ -31,7 +31,7 @@ export class ServeRequestError extends Error {
   }
 }
 
-/** `message (cause: why)`, as jupyter_serve/failures.py writes a failure. */
+/** `message (cause: why)`, as jupyter_serve/kernel/failures.py writes a failure. */
 export function describe(message: string, cause: string): string {
   return cause ? `${message} (cause: ${cause})` : message;
 }

@@ -1,7 +1,7 @@
 /**
  * Explanations as a heat map: the attribution grid of an explanation answer and
  * the colour of each cell, as the notebook's viewer draws them
- * (jupyter_serve/widgets/explanations.py and plots.py): red pushes towards the
+ * (jupyter_serve/kernel/widgets/explanations.py and plots.py): red pushes towards the
  * answer, blue away from it, opacity by magnitude.
  */
 

@@ -9,7 +9,7 @@
  * Both are windows onto the same growing log, so the end of `previous` is the
  * start of `current` (shifted by the lines that scrolled out); the longest such
  * overlap is taken. Lines carry a millisecond time stamp and the worker's id
- * (jupyter_serve/pool/logs.py), so equal neighbours are rare. With no overlap at
+ * (jupyter_serve/server/pool/logs.py), so equal neighbours are rare. With no overlap at
  * all (the log was cleared, or more lines arrived than one answer holds) every
  * line of `current` is new.
  */

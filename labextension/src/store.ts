@@ -15,7 +15,7 @@ import { didYouMean } from './typos';
 
 /**
  * Where the model store is by default: `model_store` under the server's root
- * (jupyter_serve/app_config.py). A store configured elsewhere is not listed.
+ * (jupyter_serve/server/app_config.py). A store configured elsewhere is not listed.
  */
 export const DEFAULT_STORE = 'model_store';
 

@@ -1,5 +1,5 @@
 /**
- * What `GET serve/summary` answers (jupyter_serve/routes/summary.py), and how the
+ * What `GET serve/summary` answers (jupyter_serve/server/http/summary.py), and how the
  * panel writes its figures. Pure data: nothing here touches the DOM or the network.
  */
 
