@@ -16,6 +16,7 @@ interpreters).
 from __future__ import annotations
 
 import ast
+import importlib
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -106,14 +107,21 @@ def reaches(graph: dict[str, set[str]], start: str, goal: str) -> bool:
     return False
 
 
-@pytest.mark.parametrize("facade", ["client", "widgets", "hub"])
-def test_public_import_paths_name_the_same_objects(facade: str) -> None:
-    """`jupyter_serve.client`, `.widgets` and `.hub`, which notebooks and hub configs name,
-    give the kernel side's and the server's own objects."""
-    import importlib
+HOMES = {
+    "client": "kernel.client",
+    "widgets": "kernel.widgets",
+    "widgets.explanations": "kernel.widgets.explanations",
+    "hub": "server.hub",
+    "ts_config": "server.ts_config",
+}
 
+
+@pytest.mark.parametrize("facade", sorted(HOMES))
+def test_public_import_paths_name_the_same_objects(facade: str) -> None:
+    """The import paths notebooks and hub configs name (`jupyter_serve.client`, ...) give
+    the kernel side's and the server's own objects."""
     public = importlib.import_module(f"jupyter_serve.{facade}")
-    home = {"client": "kernel.client", "widgets": "kernel.widgets", "hub": "server.hub"}[facade]
-    inner = importlib.import_module(f"jupyter_serve.{home}")
+    inner = importlib.import_module(f"jupyter_serve.{HOMES[facade]}")
+    assert public.__all__
     for name in public.__all__:
         assert getattr(public, name) is getattr(inner, name), name

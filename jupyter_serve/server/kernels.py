@@ -17,7 +17,6 @@ from pathlib import Path
 from string import Template
 from typing import TYPE_CHECKING
 
-import jupyter_serve
 from jupyter_serve.wire.errors import BadRequest
 
 if TYPE_CHECKING:
@@ -28,7 +27,7 @@ _PYTHON_NAME = re.compile(r"(python|pypy)[0-9.]*(\.exe)?", re.IGNORECASE)
 
 def worker_pythonpath() -> str:
     """The folder containing the `jupyter_serve` package, for a worker's `PYTHONPATH`."""
-    return str(Path(jupyter_serve.__file__).resolve().parent.parent)
+    return str(Path(__file__).resolve().parents[2])  # jupyter_serve/server/kernels.py
 
 
 def python_for_kernel(name: str) -> str:
