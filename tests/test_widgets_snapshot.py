@@ -16,11 +16,11 @@ from route_models import register, server_config
 
 from jupyter_serve.kernel.client import Response, ServeClient, ServeClientError, ServerInfo
 from jupyter_serve.kernel.widgets.dashboard import ClientActions, ModelDashboard
+from jupyter_serve.kernel.widgets.fetch import fetch_snapshot
 from jupyter_serve.kernel.widgets.snapshot import (
     DashboardSnapshot,
     ModelView,
     Totals,
-    fetch_snapshot,
     model_view,
     parse_metrics,
 )
