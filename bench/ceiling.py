@@ -3,8 +3,7 @@
     python bench/ceiling.py PORT
 
 No model, no worker, no auth, no batching: only tornado's HTTP/1.1 parsing and
-writing, answered by a routing-rule callable (the shape of jupyter_serve's lean
-rule, `server/http/fastpath.py`). What it serves per second on this machine, with the
+writing, answered by a routing-rule callable. What it serves per second on this machine, with the
 same load generator, bounds a frontend built on tornado's HTTP layer; the runner
 reports jupyter_serve's and TorchServe's echo throughput against it. jupyter_serve's
 serve lane (`server/http/lane.py`) reads token-authenticated predictions before tornado's

@@ -1,9 +1,8 @@
 """The hub part: echo predictions/s under JupyterHub, against the token fast path outside one.
 
-Under a hub every prediction takes jupyter_server's full route (hub authentication,
-the authorizer, the handler): the fast paths (the serve lane, the lean routing rule)
-only answer with jupyter_server's own token and allow-all authorizer. This part
-measures what that costs. Side by side on the machine, each warmed up, then measured
+Under a hub the serve lane answers a hub token's predictions once the hub has admitted
+the token (server/http/hub_verdicts.py), as it answers the server's own token outside a
+hub. This part measures both side by side. Side by side on the machine, each warmed up, then measured
 in turn (closed loop, bench/loadgen.py, at concurrency 1 and 32, repeats interleaved):
 
 * `token_lane`: `jupyter serve` with its own token (bench/servers.py), the fast path;

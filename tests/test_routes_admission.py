@@ -1,7 +1,7 @@
 """The fast paths take a request only when jupyter_server would; else its full route answers.
 
 A token prediction with a remote `Host`, an `Origin` (even an empty one) or a wrong
-token gets, through the serve lane and through the lean rule alike, exactly the
+token gets, through the serve lane, exactly the
 full route's answer (`?token=`, which no fast path takes).
 """
 
@@ -108,15 +108,10 @@ async def fetch_both(client: Any, url: str, token: str, headers: dict[str, str])
     return answers
 
 
-@pytest.mark.parametrize("lane", [True, False], ids=["lane", "lean rule"])
 @pytest.mark.parametrize("headers", REFUSED)
-async def test_fast_paths_answer_as_the_full_route(
-    http_server_client: Any, jp_serverapp: Any, jp_base_url: str, lane: bool,
-    headers: dict[str, str],
-) -> None:  # fmt: skip
-    app = jp_serverapp.web_app.settings["serve_app"]
-    if not lane:
-        app.lane.detach()  # requests then meet the lean routing rule first
+async def test_the_fast_path_answers_as_the_full_route(
+    http_server_client: Any, jp_serverapp: Any, jp_base_url: str, headers: dict[str, str]
+) -> None:
     await register(jp_serverapp, "probe")
     url = f"{jp_base_url}serve/predictions/probe"
     token = jp_serverapp.identity_provider.token
@@ -137,9 +132,8 @@ async def test_a_remote_host_is_served_with_allow_remote_access(
     assert fast == full == (200, b"ok")
 
 
-@pytest.mark.parametrize("lane", [True, False], ids=["lane", "lean rule"])
-async def test_a_key_predicts_through_the_fast_paths_for_its_models_only(
-    http_server_client: Any, jp_serverapp: Any, jp_base_url: str, lane: bool,
+async def test_a_key_predicts_through_the_fast_path_for_its_models_only(
+    http_server_client: Any, jp_serverapp: Any, jp_base_url: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
     fast: list[Any] = []
@@ -151,8 +145,6 @@ async def test_a_key_predicts_through_the_fast_paths_for_its_models_only(
 
     monkeypatch.setattr(FastPredictions, "__call__", recorded)
     settings = jp_serverapp.web_app.settings
-    if not lane:
-        settings["serve_app"].lane.detach()
     await register(jp_serverapp, "probe")
     await register(jp_serverapp, "other")
     key, _ = settings["serve_keys"].mint("colleague", ["probe"])
@@ -166,4 +158,4 @@ async def test_a_key_predicts_through_the_fast_paths_for_its_models_only(
         answers[model] = (response.code, response.body)
     assert answers["probe"] == (200, b"hi")
     assert answers["other"][0] == 403  # the full route's refusal
-    assert fast == [[b"probe", None, None]]  # the key's model went the fast way, alone
+    assert fast == [["probe", None, None]]  # the key's model went the fast way, alone

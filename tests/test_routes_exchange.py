@@ -1,9 +1,9 @@
 """Tests for the prediction exchange (server/http/exchange.py) through both of its writers.
 
 Every test runs on the three ways a prediction reaches a model: the serve lane
-(`ConnectionWriter` over a `LaneProtocol`), the lean rule (`ConnectionWriter` over
-tornado's `HTTP1Connection`, on a connection the lane handed to tornado) and the full
-route (`HandlerWriter` over a `RequestHandler`). Clients are raw keep-alive sockets, so
+(`LaneWriter` over a `LaneProtocol`), the full route on a connection the lane handed to
+tornado (token header; `HandlerWriter` over a `RequestHandler`) and the full route from
+the start (`?token=`). Clients are raw keep-alive sockets, so
 what the server sends (or does not send) is seen byte for byte; a spy around the real
 `Exchange` tells which writer answered, what it was asked to write, and when the
 exchange saw its client leave. Real worker subprocesses serve real handlers.
@@ -22,14 +22,13 @@ from typing import Any
 
 import pytest
 from route_models import STREAM, gate, register, release_if_waiting, serve_state, server_config
-from tornado.http1connection import HTTP1Connection
 
 from jupyter_serve.server.http.exchange import Exchange
-from jupyter_serve.server.http.fastpath import ConnectionWriter
+from jupyter_serve.server.http.fastpath import LaneWriter
 from jupyter_serve.server.http.inference import HandlerWriter
 from jupyter_serve.server.http.lane_connection import LaneProtocol
 
-TRANSPORTS = ["lane", "lean-rule", "full-route"]
+TRANSPORTS = ["lane", "handed-over", "full-route"]
 WAIT = 10  # seconds: the most any one step may take before the test fails
 
 GATED = """
@@ -125,12 +124,11 @@ def calls(exchange: Exchange) -> list[str]:
 def assert_transport(exchange: Exchange, transport: str) -> None:
     """The exchange wrote through the writer (and connection) `transport` stands for."""
     writer = exchange.writer.writer  # type: ignore[attr-defined]
-    if transport == "full-route":
+    if transport != "lane":
         assert isinstance(writer, HandlerWriter)
         return
-    assert isinstance(writer, ConnectionWriter)
-    expected = LaneProtocol if transport == "lane" else HTTP1Connection
-    assert isinstance(writer.connection, expected)
+    assert isinstance(writer, LaneWriter)
+    assert isinstance(writer.connection, LaneProtocol)
 
 
 # ---- raw clients -------------------------------------------------------------------------
@@ -138,7 +136,7 @@ def assert_transport(exchange: Exchange, transport: str) -> None:
 
 class Client:
     """One keep-alive HTTP/1.1 connection, written by hand; `transport` decides how it
-    authenticates (token header for the lane and lean rule, `?token=` for the full route)."""
+    authenticates (a token header, but `?token=` for the full route from the start)."""
 
     def __init__(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: Any, kind: str
@@ -207,7 +205,7 @@ def connect(jp_serverapp: Any, http_server: Any, jp_http_port: int, transport: s
         reader, writer = await asyncio.open_connection("127.0.0.1", jp_http_port)
         client = Client(reader, writer, jp_serverapp, transport)
         try:
-            if transport == "lean-rule":  # a Jupyter route first: the lane hands over
+            if transport == "handed-over":  # a Jupyter route first: the lane hands over
                 client.send("GET", "api/status")
                 assert (await client.answer())[0] == 200
             yield client

@@ -1,8 +1,9 @@
-"""Tests for the lean token-authenticated prediction path, against the full route's answers.
+"""Tests for the fast path (the serve lane's prediction exchange, `server/http/fastpath.py`),
+against the full route's answers.
 
-Every other inference test that uses `jp_fetch` (which sends `Authorization: token
-T`) also runs through this path; here the two paths are compared directly, and
-the rules for when the lean path applies are checked.
+Every other inference test that uses `jp_fetch` (which sends `Authorization: token T`
+on a new connection) also runs through the lane; here the two paths are compared
+directly, and the rules for when the fast path applies are checked.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from route_models import (
 from tornado.httpclient import HTTPResponse
 
 from jupyter_serve.server.http.admission import fast_path_applies
-from jupyter_serve.server.http.fastpath import FastPredictions, TokenPathMatches
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
 SAME_HEADERS = ("Content-Type", "dummy")
@@ -38,11 +38,6 @@ def jp_server_config(tmp_path: Path) -> dict[str, Any]:
     return server_config(tmp_path, max_request_size=4096)
 
 
-def fast_rules_of(serverapp: Any) -> list[Any]:
-    rules = serverapp.web_app.default_router.rules
-    return [rule for rule in rules if isinstance(rule.target, FastPredictions)]
-
-
 async def answer(fetch: Fetch, *path: str, **kwargs: Any) -> HTTPResponse:
     """The response, whether its status is an error or not."""
     response: HTTPResponse = await fetch(*path, raise_error=False, **kwargs)
@@ -50,26 +45,19 @@ async def answer(fetch: Fetch, *path: str, **kwargs: Any) -> HTTPResponse:
 
 
 async def both_paths(fetch: Fetch, token: str, *path: str, **kwargs: Any) -> list[HTTPResponse]:
-    """The same request with a token header (lean path) and with ?token= (full route)."""
+    """The same request with a token header (the lane) and with ?token= (full route)."""
     headers = dict(kwargs.pop("headers", {}))
-    lean = await answer(fetch, *path, headers=dict(headers), **kwargs)
+    fast = await answer(fetch, *path, headers=dict(headers), **kwargs)
     params = {**kwargs.pop("params", {}), "token": token}
     full = await answer(
         fetch, *path, headers={**headers, "Authorization": ""}, params=params, **kwargs
     )
-    return [lean, full]
+    return [fast, full]
 
 
 def summary(response: HTTPResponse) -> tuple[Any, ...]:
     headers = tuple(response.headers.get(name) for name in SAME_HEADERS)
     return response.code, response.reason, headers, response.body
-
-
-async def test_the_lean_rules_lead_the_router(jp_serverapp: Any) -> None:
-    rules = fast_rules_of(jp_serverapp)
-    assert [rule.target.explain for rule in rules] == [False, True]
-    assert jp_serverapp.web_app.default_router.rules[:2] == rules
-    assert all(isinstance(rule.matcher, TokenPathMatches) for rule in rules)
 
 
 @pytest.mark.parametrize(
@@ -87,16 +75,16 @@ async def test_the_lean_rules_lead_the_router(jp_serverapp: Any) -> None:
         ("x" * 5000, {}, ("probe",)),
     ],
 )
-async def test_lean_and_full_paths_answer_alike(
+async def test_fast_and_full_paths_answer_alike(
     jp_fetch: Fetch, jp_serverapp: Any, body: Any, headers: dict[str, str], path: tuple[str, ...]
 ) -> None:
     await register(jp_serverapp)
     token = jp_serverapp.identity_provider.token
-    lean, full = await both_paths(
+    fast, full = await both_paths(
         jp_fetch, token, "serve", "predictions", *path, method="POST", body=body, headers=headers
     )
-    assert summary(lean) == summary(full)
-    assert lean.headers["x-request-id"] != full.headers["x-request-id"]
+    assert summary(fast) == summary(full)
+    assert fast.headers["x-request-id"] != full.headers["x-request-id"]
 
 
 async def test_explanations_set_the_explain_header(jp_fetch: Fetch, jp_serverapp: Any) -> None:
@@ -124,7 +112,7 @@ async def test_a_wrong_token_is_refused_before_the_model(
     assert registry.get("probe").pool.worker_count == 1
 
 
-async def test_the_lean_path_counts_requests_in_the_metrics(
+async def test_the_fast_path_counts_requests_in_the_metrics(
     jp_fetch: Fetch, jp_serverapp: Any
 ) -> None:
     await register(jp_serverapp)
@@ -155,7 +143,7 @@ async def test_a_client_leaving_mid_request_leaves_the_server_serving(
     assert "Fast prediction path failed" not in caplog.text
 
 
-def test_the_lean_path_applies_only_to_the_stock_token_check() -> None:
+def test_a_token_compare_is_the_whole_decision_only_for_the_stock_check() -> None:
     class Server:
         def __init__(self, provider: Any, authorizer: Any) -> None:
             self.identity_provider, self.authorizer = provider, authorizer
@@ -178,10 +166,10 @@ class TestSwitchedOff:
     def jp_server_config(self, tmp_path: Path) -> dict[str, Any]:
         return server_config(tmp_path, fast_predictions=False)
 
-    async def test_no_lean_rule_and_predictions_still_served(
+    async def test_no_lane_and_predictions_still_served(
         self, jp_fetch: Fetch, jp_serverapp: Any
     ) -> None:
-        assert fast_rules_of(jp_serverapp) == []
+        assert getattr(jp_serverapp.web_app.settings["serve_app"], "lane", None) is None
         await register(jp_serverapp)
         response = await jp_fetch(
             "serve", "predictions", "probe", method="POST", body="x", headers=dict(RAW)
@@ -199,12 +187,12 @@ async def test_an_unexpected_error_is_a_500_on_both_paths_not_a_hang(
 
     monkeypatch.setattr(registry, "get", broken)  # fault injection: the lookup itself fails
     token = jp_serverapp.identity_provider.token
-    lean, full = await both_paths(
+    fast, full = await both_paths(
         jp_fetch, token, "serve", "predictions", "probe", method="POST", body="x", headers=RAW
     )
-    assert (lean.code, full.code) == (500, 500)
+    assert (fast.code, full.code) == (500, 500)
     assert (
-        json.loads(lean.body)
+        json.loads(fast.body)
         == json.loads(full.body)
         == {
             "code": 500,

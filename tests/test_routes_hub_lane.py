@@ -24,7 +24,6 @@ from route_models import register, server_config
 
 from jupyter_serve.server.http.admission import HUB_VERDICTS
 from jupyter_serve.server.http.base import ServeRoute
-from jupyter_serve.server.http.fastpath import FastPredictions
 from jupyter_serve.server.http.hub_verdicts import HubVerdicts
 from jupyter_serve.server.http.lane import Lane
 
@@ -219,29 +218,3 @@ async def test_a_token_argument_takes_the_full_route(
         status, _, _ = await raw.response()
         assert status == 200  # JupyterHub reads the header here (no token in URLs)
         assert len(http_server._connections) == 1  # but decided on the full route
-
-
-async def test_the_lean_rule_takes_a_hub_token_once_the_hub_has_answered(
-    jp_serverapp: Any, http_server_client: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    probe = await registered(jp_serverapp)
-    fast: list[Any] = []
-    answer = FastPredictions.__call__
-
-    def recorded(self: FastPredictions, request: Any, path_args: Any, **kw: Any) -> None:
-        fast.append(path_args)
-        answer(self, request, path_args, **kw)
-
-    monkeypatch.setattr(FastPredictions, "__call__", recorded)
-    settings = jp_serverapp.web_app.settings
-    settings["serve_app"].lane.detach()
-    codes = []
-    for n in range(2):
-        response = await http_server_client.fetch(
-            probe, method="POST", body=f"lean {n}".encode(), raise_error=False,
-            headers={"Authorization": "token bob-token", "Content-Type": "text/plain"},
-        )  # fmt: skip
-        codes.append((response.code, response.body))
-        await settings[HUB_VERDICTS].learn("bob-token")  # the question the first one started
-    assert codes == [(200, b"lean 0"), (200, b"lean 1")]
-    assert fast == [[b"probe", None, None]]  # the second, once the verdict was known

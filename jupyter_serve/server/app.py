@@ -44,9 +44,8 @@ from jupyter_serve.server.app_config import ServeAppTraits
 from jupyter_serve.server.http import ROUTES
 from jupyter_serve.server.http.access_log import quiet_successful_predictions
 from jupyter_serve.server.http.admission import fast_path_token
-from jupyter_serve.server.http.fastpath import fast_rules, fast_targets
+from jupyter_serve.server.http.fastpath import fast_targets
 from jupyter_serve.server.http.lane import Lane
-from jupyter_serve.server.http.lane_connection import LaneWriter
 from jupyter_serve.server.metrics.config import DEFAULT as DEFAULT_METRICS
 from jupyter_serve.server.metrics.config import MetricsConfig, load_metrics_config
 from jupyter_serve.server.metrics.serve_metrics import ServeMetrics
@@ -150,16 +149,10 @@ class ServeApp(ServeAppTraits, ExtensionApp):
             quiet_successful_predictions(serverapp.web_app.settings)
         self.fast_token: Callable[[], str] | None = None
         if self.fast_predictions and serverapp is not None:
-            web_app = serverapp.web_app
-            self.fast_token = fast_path_token(serverapp)
-            path_prefix = url_path_join(serverapp.base_url, prefix)
-            web_app.default_router.rules[0:0] = fast_rules(path_prefix, self.fast_token,
-                                                           web_app.settings)  # fmt: skip
+            self.fast_token = fast_path_token(serverapp)  # the lane's, once it is attached
 
     def initialize_settings(self) -> None:
-        from jupyter_serve.server.keys import (
-            KeyStore,  # the inference keys' store (keys.py): `serve_keys`
-        )
+        from jupyter_serve.server.keys import KeyStore  # the store of `serve_keys`
 
         self.apply_ts_config()
         self.startup_task: asyncio.Task[list[tuple[str, str]]] | None = None
@@ -273,8 +266,8 @@ class ServeApp(ServeAppTraits, ExtensionApp):
     def attach_lane(self, http_server: Any) -> Lane | None:
         """Let the serve lane read `http_server`'s new connections first (`server/http/lane.py`).
 
-        Only with `fast_predictions` on and an auth the fast paths can repeat
-        (`admission.fast_path_token`), as the lean rules; returns the lane, or None.
+        Only with `fast_predictions` on and an auth the lane can repeat
+        (`admission.fast_path_token`); returns the lane, or None.
         """
         serverapp = self.serverapp
         token = getattr(self, "fast_token", None)
@@ -284,7 +277,7 @@ class ServeApp(ServeAppTraits, ExtensionApp):
         self.lane = Lane(
             http_server,
             prefix,
-            dict(fast_targets(serverapp.web_app.settings, writer=LaneWriter)),
+            dict(fast_targets(serverapp.web_app.settings)),
             token=token,
             max_body=lambda: int(self.max_request_size),
             settings=serverapp.web_app.settings,

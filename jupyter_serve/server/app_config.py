@@ -164,9 +164,10 @@ class ServeAppTraits(HasTraits):
         True,
         config=True,
         help="Serve token-authenticated predictions and explanations (an `Authorization: "
-        "token T` or `Bearer T` header) on a lean path that skips jupyter_server's per-request "
-        "machinery: same token check, same answers, a fraction of the server CPU. Only used "
-        "when the server's identity provider and authorizer are jupyter_server's stock ones.",
+        "token T` or `Bearer T` header) on the serve lane, which skips jupyter_server's "
+        "per-request machinery: the same decision, the same answers, a fraction of the server "
+        "CPU. Only with jupyter_server's stock identity provider and authorizer, or "
+        "JupyterHub's identity provider (whose decisions it repeats).",
     )
     fork_workers = Bool(
         True,

@@ -1,7 +1,7 @@
-"""When a fast path may answer a request itself: only with the full route's own decision.
+"""When the fast path may answer a request itself: only with the full route's own decision.
 
-The serve lane (`lane.py`) and the lean routing rule (`fastpath.py`) answer
-predictions without building a jupyter_server handler. A fast path may skip work,
+The serve lane (`lane.py`, with `fastpath.py`) answers predictions without building a
+jupyter_server handler. A fast path may skip work,
 never a check, so it takes a request only when it can tell for certain that
 jupyter_server would let it through:
 
@@ -33,7 +33,7 @@ import functools
 import hmac
 import ipaddress
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -149,16 +149,6 @@ def token_argument(query: str, form: Mapping[str, Any] | None = None) -> bool:
     if form and "token" in form:
         return True
     return bool(query) and "token" in parse_qs(query, keep_blank_values=True)
-
-
-def model_of(path_args: Sequence[bytes | None]) -> str | None:
-    """The model a fast path's percent-decoded path arguments name (the first one); None
-    when there is none or it is not UTF-8 (then only the token can admit the request)."""
-    name = path_args[0] if path_args else None
-    try:
-        return name.decode("utf-8") if name is not None else None
-    except UnicodeDecodeError:
-        return None
 
 
 HeaderGetter = Callable[[str], "str | None"]

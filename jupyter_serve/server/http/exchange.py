@@ -24,8 +24,8 @@ An `Exchange` takes a request through TorchServe's steps and answers it once:
 
 It writes through a `Writer`, one per transport: `server/http/inference.py` has the one
 over a tornado `RequestHandler` (the full routes, which keep jupyter_server's
-headers and logging), `server/http/fastpath.py` the one over an `HTTPConnection` (the
-lean rule and the serve lane). Each transport tells the exchange when its client
+headers and logging), `server/http/fastpath.py` the one over the serve lane's
+connection. Each transport tells the exchange when its client
 has left (`client_gone`). There is no task per request: the answer is written from
 the result future's done-callback, and a route, which must not return before its
 answer is complete, awaits `finished()`.

@@ -1,7 +1,7 @@
 """The serve lane: token-authenticated predictions answered at the connection.
 
-Profiling the lean path (`fastpath.py`) showed most of the Jupyter server's CPU per
-prediction in tornado's HTTP/1.1 layer itself (its coroutines, header parsing,
+Profiling showed most of the Jupyter server's CPU per token prediction, once
+jupyter_server's handler is skipped, in tornado's HTTP/1.1 layer itself (its coroutines, header parsing,
 `HTTPServerRequest`, the router's delegates). So `Lane` takes over the Jupyter
 server's `HTTPServer.handle_stream` (tornado's documented hook for a new
 connection): each new plain-TCP connection is read first by a `LaneProtocol`, an
@@ -9,7 +9,7 @@ asyncio protocol on the accepted socket, whose requests are parsed by llhttp
 (`lane_http.RequestReader`). A request whose path is `{base_url}serve/predictions/...`
 or `explanations/...` and which `admission.admits` (the server's token, an inference
 key for that model or a hub token the hub admitted, a local `Host`, no `Origin`, no
-`token` argument) is answered by the lean path's exchange, with the same bytes as
+`token` argument) is answered by the fast path's exchange (`fastpath.py`), with the same bytes as
 through tornado. Keep-alive connections go on in the lane. A hub token the server has
 no fresh verdict on yet holds the connection (reading nothing) until the hub has
 answered (`hub_verdicts.py`), then the request is taken or handed over.
@@ -49,7 +49,6 @@ from jupyter_serve.server.http.admission import (
     Verdict,
     admits,
     hub_token,
-    model_of,
 )
 from jupyter_serve.server.http.exchange import MODEL_PATH
 from jupyter_serve.server.http.lane_connection import LaneProtocol, Target
@@ -75,7 +74,7 @@ class PrefixedIOStream(iostream.IOStream):
 class Lane:
     """Reads each new connection of one `HTTPServer` first (see the module docstring).
 
-    `targets` maps `predictions` and `explanations` to the lean path's callables
+    `targets` maps `predictions` and `explanations` to the fast path's callables
     (called with the request and the unescaped path arguments); `token` gives the
     server's current token; `max_body` is the largest body the lane reads itself;
     `settings` are the web app's (for the host check).
@@ -127,10 +126,8 @@ class Lane:
                                   read_chunk_size=server.read_chunk_size)  # fmt: skip
         self.tornado_handle_stream(stream, address)
 
-    def route(
-        self, request: LaneRequest, may_ask: bool = True
-    ) -> tuple[Target, list[bytes | None]]:
-        """The lean target and path arguments for `request`; `NotForTheLane`, or `AskHub`
+    def route(self, request: LaneRequest, may_ask: bool = True) -> tuple[Target, list[str | None]]:
+        """The fast path's target and path arguments for `request`; `NotForTheLane`, or `AskHub`
         when a hub token's verdict must be learnt first (only if `may_ask`)."""
         if request.method not in VERBS or request.content_length > self.max_body():
             raise NotForTheLane("verb or size")
@@ -139,7 +136,7 @@ class Lane:
             raise NotForTheLane("path")
         kind, *args = found.groups()
         path_args = [_unescape(arg) for arg in args]
-        verdict = admits(request.headers.get, self.token(), self.settings, model_of(path_args),
+        verdict = admits(request.headers.get, self.token(), self.settings, path_args[0],
                          request.query)  # fmt: skip
         if verdict is Verdict.ASK_HUB and may_ask:
             token = hub_token(request.headers.get("Authorization") or "")
@@ -149,14 +146,12 @@ class Lane:
         return self.targets[kind], path_args
 
 
-def _unescape(arg: str | None) -> bytes | None:
-    """A path argument as tornado's `PathMatches` gives it (percent-decoded bytes);
+def _unescape(arg: str | None) -> str | None:
+    """A path argument percent-decoded and UTF-8-decoded, as `RequestHandler` gives it;
     `NotForTheLane` when it is not UTF-8, which tornado's route answers with a 400."""
     if arg is None:
         return None
-    value = url_unescape(arg, encoding=None, plus=False)
     try:
-        value.decode("utf-8")
+        return url_unescape(arg, encoding=None, plus=False).decode("utf-8")
     except UnicodeDecodeError:
         raise NotForTheLane("a path argument that is not UTF-8") from None
-    return value

@@ -1,5 +1,5 @@
-"""The serve lane's side of one client connection: `LaneProtocol` reads its requests and is
-the `HTTPConnection` the lean exchange writes answers to; `LaneWriter` writes them whole.
+"""The serve lane's side of one client connection: `LaneProtocol` reads its requests and
+sends the answers the fast path's `LaneWriter` (`fastpath.py`) gives it.
 
 How the lane as a whole works (which requests it takes, handing a connection to tornado,
 flow control) is told in `lane.py`.
@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from tornado import httputil, iostream
+from tornado import iostream
 
 from jupyter_serve.server.http.admission import token_argument
-from jupyter_serve.server.http.fastpath import ConnectionWriter
 from jupyter_serve.server.http.lane_http import AskHub, LaneRequest, NotForTheLane, RequestReader
 
 if TYPE_CHECKING:
@@ -23,15 +22,15 @@ if TYPE_CHECKING:
 
 READ_SIZE = 65536
 
-Target = Callable[[Any, list[bytes | None]], None]
+Target = Callable[[Any, list[str | None]], None]
 
 
-Head = tuple[LaneRequest, int, Target, list[bytes | None]]
+Head = tuple[LaneRequest, int, Target, list[str | None]]
 
 
 class LaneProtocol(asyncio.Protocol):
-    """One client connection while the lane has it, and the `HTTPConnection` the lean
-    exchange writes its answer to (`write_headers`, `write`, `finish`, `close`)."""
+    """One client connection while the lane has it, and the connection the fast path's
+    exchange writes its answer to (`send_head`, `write`, `finish`, `close`)."""
 
     def __init__(self, lane: Lane, sock: socket.socket, address: Any) -> None:
         self.lane = lane
@@ -207,42 +206,29 @@ class LaneProtocol(asyncio.Protocol):
     def set_close_callback(self, callback: Callable[[], None] | None) -> None:
         self.on_close = callback
 
-    def write_headers(
-        self,
-        start_line: httputil.ResponseStartLine,
-        headers: httputil.HTTPHeaders,
-        chunk: bytes | None = None,
-    ) -> None:
+    def send_head(self, code: int, reason: str, fields: Mapping[str, Any], body: bytes,
+                  *, whole: bool) -> None:  # fmt: skip
+        """An answer's head and `body`: the whole answer (its `Content-Length` among
+        `fields`), then `finish`; or, not `whole`, the start of a streamed one (chunked
+        unless `fields` give a length), whose later chunks `write` sends. A field with a CR
+        or LF is refused (`ValueError`) before anything is sent."""
         assert self.request is not None
-        code = start_line.code
-        self.chunked = code not in (204, 304) and code >= 200 and "Content-Length" not in headers
-        lines = [f"HTTP/1.1 {code} {start_line.reason}"]
-        lines.extend(f"{name}: {value}" for name, value in headers.get_all())
-        if self.request.close_after:
-            lines.append("Connection: close")
-        if self.chunked:
-            lines.append("Transfer-Encoding: chunked")
-        for line in lines:
-            if "\r" in line or "\n" in line:
-                raise ValueError(f"Illegal characters (CR or LF) in header: {line!r}")
-        head = "\r\n".join(lines).encode("latin-1")
-        self._send(head + b"\r\n\r\n" + self._framed(chunk or b""))
-
-    def send_whole(self, code: int, reason: str, fields: dict[str, Any], body: bytes) -> None:
-        """A whole answer with its `Content-Length` among `fields`, then `finish`."""
-        assert self.request is not None
-        self.chunked = False
+        self.chunked = not whole and code not in (204, 304) and code >= 200 \
+            and "Content-Length" not in fields  # fmt: skip
         lines = [
             f"HTTP/1.1 {code} {reason}",
             *(f"{name}: {value}" for name, value in fields.items()),
         ]
         if self.request.close_after:
             lines.append("Connection: close")
+        if self.chunked:
+            lines.append("Transfer-Encoding: chunked")
         head = "\r\n".join(lines)
         if head.count("\n") != len(lines) - 1 or head.count("\r") != len(lines) - 1:
             raise ValueError(f"Illegal characters (CR or LF) in header: {head!r}")
-        self._send(head.encode("latin-1") + b"\r\n\r\n" + body)
-        self.finish()
+        self._send(head.encode("latin-1") + b"\r\n\r\n" + self._framed(body))
+        if whole:
+            self.finish()
 
     def write(self, chunk: bytes) -> None:
         self._send(self._framed(chunk))
@@ -285,16 +271,3 @@ class LaneProtocol(asyncio.Protocol):
         if self.transport is None or self.transport.is_closing():
             raise iostream.StreamClosedError()  # the exchange expects tornado's error
         self.transport.write(data)
-
-
-class LaneWriter(ConnectionWriter):
-    """`ConnectionWriter` for the lane: a whole answer's fields gather in a dict and go out
-    as bytes made at once (`LaneProtocol.send_whole`), the bytes `write_headers` makes from
-    tornado's `HTTPHeaders`, without building them. Streamed answers are unchanged."""
-
-    __slots__ = ()
-
-    fields = dict
-
-    def send(self, status: int, reason: str, headers: Any, body: bytes) -> None:
-        self.connection.send_whole(status, reason, headers, body)
