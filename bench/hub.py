@@ -2,7 +2,7 @@
 
 Under a hub the serve lane answers a hub token's predictions once the hub has admitted
 the token (server/http/hub_verdicts.py), as it answers the server's own token outside a
-hub. This part measures both side by side. Side by side on the machine, each warmed up, then measured
+hub. This part measures both side by side on the machine, each warmed up, then measured
 in turn (closed loop, bench/loadgen.py, at concurrency 1 and 32, repeats interleaved):
 
 * `token_lane`: `jupyter serve` with its own token (bench/servers.py), the fast path;

@@ -3,24 +3,5 @@ reader and writer (`server/ts_config.py`), as notebooks use it."""
 
 from __future__ import annotations
 
-from jupyter_serve.server.ts_config import (
-    TorchServeConfig,
-    TorchServeConfigError,
-    apply_env_overrides,
-    format_properties,
-    from_properties,
-    load_ts_config,
-    parse_properties,
-    read_properties,
-)
-
-__all__ = [
-    "TorchServeConfig",
-    "TorchServeConfigError",
-    "apply_env_overrides",
-    "format_properties",
-    "from_properties",
-    "load_ts_config",
-    "parse_properties",
-    "read_properties",
-]
+from jupyter_serve.server.ts_config import *  # noqa: F403
+from jupyter_serve.server.ts_config import __all__  # noqa: F401

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hub_users import ACCESS, USERS
 from raw_http import connected
 from route_models import register, server_config
 
@@ -28,14 +29,6 @@ from jupyter_serve.server.http.hub_verdicts import HubVerdicts
 from jupyter_serve.server.http.lane import Lane
 
 pytest.importorskip("jupyterhub.singleuser.extension")
-
-ACCESS = "access:servers!user=ann"
-EXECUTE = "custom:jupyter_server:execute:serve!user=ann"
-USERS = {
-    "ann-token": {"kind": "user", "name": "ann", "scopes": [ACCESS]},
-    "bob-token": {"kind": "user", "name": "bob", "scopes": [ACCESS, EXECUTE]},
-    "dan-token": {"kind": "user", "name": "dan", "scopes": [ACCESS]},
-}
 
 
 class HubAPI(BaseHTTPRequestHandler):

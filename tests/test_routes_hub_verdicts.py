@@ -12,6 +12,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from hub_users import ACCESS, USERS
 from jupyter_server.auth.authorizer import AllowAllAuthorizer
 from jupyter_server.auth.identity import IdentityProvider
 
@@ -22,15 +23,6 @@ from jupyter_serve.server.hub import HubScopesAuthorizer
 
 auth = pytest.importorskip("jupyterhub.services.auth")
 extension = pytest.importorskip("jupyterhub.singleuser.extension")
-
-ACCESS = "access:servers!user=ann"
-EXECUTE = "custom:jupyter_server:execute:serve!user=ann"
-USERS = {
-    "ann-token": {"kind": "user", "name": "ann", "scopes": [ACCESS]},
-    "bob-token": {"kind": "user", "name": "bob", "scopes": [ACCESS, EXECUTE]},
-    "dan-token": {"kind": "user", "name": "dan", "scopes": [ACCESS]},
-    "eve-token": {"kind": "user", "name": "eve", "scopes": [EXECUTE]},  # no access here
-}
 
 
 class Hub:

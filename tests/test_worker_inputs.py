@@ -40,8 +40,9 @@ DEEP = b"[" * 100_000  # past any recursion limit, wherever json.loads is called
         ("text/plain; charset=rot13", b"abc", "abc"),
         ("application/json; charset=hex", b"[1]", [1]),
         ("application/json; charset=zlib", zlib.compress(b"[1]"), bytearray(zlib.compress(b"[1]"))),
-        ("text/plain; charset=punycode", b".", bytearray(b".")),
-        ("text/plain; charset=idna", b"xn--", bytearray(b"xn--")),
+        ("text/plain; charset=punycode", b".", "."),  # Python's own codecs: not charsets
+        ("text/plain; charset=idna", b"xn--", "xn--"),
+        ("text/plain; charset=unicode-escape", b"\\^", "\\^"),  # it would warn here
         ("application/json; charset=punycode", b".", bytearray(b".")),
         ("application/json", b"1" * 5000, bytearray(b"1" * 5000)),  # past int's digit limit
         ("text/html", b"\xc3\x28", bytearray(b"\xc3\x28")),
@@ -68,7 +69,23 @@ def test_split_content_type_normalises_media_type_and_charset() -> None:
     assert split_content_type("") == ("", None)
 
 
-@pytest.mark.parametrize("name", ["zlib", "base64", "hex", "rot13", "bz2", "uu", "a\x00b", ""])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "zlib",
+        "base64",
+        "hex",
+        "rot13",
+        "bz2",
+        "uu",
+        "a\x00b",
+        "",
+        "unicode_escape",
+        "raw-unicode-escape",
+        "punycode",
+        "idna",
+    ],
+)
 def test_only_text_encodings_count_as_a_charset(name: str) -> None:
     assert split_content_type(f"text/plain; charset={name}") == ("text/plain", None)
 

@@ -15,8 +15,10 @@ TorchServe's backend does when `decode_input_request` is true:
 With `decode_input_request` false every value stays a `bytearray`.
 
 Only a text encoding counts as a charset. A name Python does not know
-(``utf8mb4``) or a codec that is not a text encoding (``zlib``, ``base64``,
-``hex``, ``rot13``) is ignored as if the parameter were absent: the value is read
+(``utf8mb4``), a codec that is not a text encoding (``zlib``, ``base64``,
+``hex``, ``rot13``) or one of Python's own escape codecs, which no HTTP client means by a
+charset and which warn on some inputs (``unicode-escape``, ``raw-unicode-escape``,
+``punycode``, ``idna``) is ignored as if the parameter were absent: the value is read
 as UTF-8 and stays raw bytes when it is not UTF-8. TorchServe reads every body as
 UTF-8 whatever its charset, so a handler sees what it would see there.
 
@@ -145,11 +147,17 @@ def split_content_type(content_type: str) -> tuple[str, str | None]:
     return media_type.strip().lower(), charset
 
 
+PYTHON_ONLY_CODECS = frozenset({"unicode-escape", "raw-unicode-escape", "punycode", "idna"})
+
+
 def text_encoding(name: str) -> str | None:
-    """The codec `name` names if it is a text encoding (bytes to str), else None."""
+    """The codec `name` names if it is a text encoding (bytes to str) a client can mean by
+    a charset, else None."""
     try:
         info = codecs.lookup(name)
     except (LookupError, ValueError):  # unknown, or no codec name at all ("a\0b")
+        return None
+    if info.name in PYTHON_ONLY_CODECS:
         return None
     try:
         b"a".decode(info.name)  # bytes.decode refuses zlib, base64, hex, rot13...

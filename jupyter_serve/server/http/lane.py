@@ -1,8 +1,8 @@
 """The serve lane: token-authenticated predictions answered at the connection.
 
 Profiling showed most of the Jupyter server's CPU per token prediction, once
-jupyter_server's handler is skipped, in tornado's HTTP/1.1 layer itself (its coroutines, header parsing,
-`HTTPServerRequest`, the router's delegates). So `Lane` takes over the Jupyter
+jupyter_server's handler is skipped, in tornado's HTTP/1.1 layer itself (its coroutines,
+header parsing, `HTTPServerRequest`, the router's delegates). So `Lane` takes over the Jupyter
 server's `HTTPServer.handle_stream` (tornado's documented hook for a new
 connection): each new plain-TCP connection is read first by a `LaneProtocol`, an
 asyncio protocol on the accepted socket, whose requests are parsed by llhttp
