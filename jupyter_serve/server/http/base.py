@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from http.client import responses
 from types import TracebackType
@@ -45,14 +46,20 @@ from jupyter_server.auth.identity import User
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import web
+from tornado.httputil import HTTPServerRequest
 
 from jupyter_serve.server.http.access import EXECUTE, RESOURCE
-from jupyter_serve.server.http.exchange import request_size_error
 from jupyter_serve.server.http.requests import new_request_id
 from jupyter_serve.server.keys import KeyInfo, KeyStore, bearer_key
 from jupyter_serve.server.metrics.serve_metrics import ServeMetrics
 from jupyter_serve.server.registry import ModelRegistry
-from jupyter_serve.wire.errors import Forbidden, MethodNotAllowed, ResourceNotFound, ServeError
+from jupyter_serve.wire.errors import (
+    Forbidden,
+    MethodNotAllowed,
+    RequestTooLarge,
+    ResourceNotFound,
+    ServeError,
+)
 from jupyter_serve.wire.logsafe import printable, scrub_uri
 
 NOT_FOUND_MESSAGE = "Requested resource is not found, please refer to API document."
@@ -115,6 +122,22 @@ class KeyAuthorizer:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.authorizer, name)
+
+
+DEFAULT_MAX_REQUEST_SIZE = 6553500  # TorchServe's max_request_size
+
+
+def request_size_error(
+    request: HTTPServerRequest, settings: Mapping[str, Any]
+) -> RequestTooLarge | None:
+    """The 413 for a body (or announced length) over the app's `max_request_size`, else None."""
+    app = settings.get("serve_app")
+    limit = int(getattr(app, "max_request_size", DEFAULT_MAX_REQUEST_SIZE))
+    announced = request.headers.get("Content-Length", "")
+    size = int(announced) if announced.isdigit() else 0
+    if max(size, len(request.body or b"")) > limit:
+        return RequestTooLarge.over(limit)
+    return None
 
 
 class ServeRoute(ExtensionHandlerMixin, APIHandler):

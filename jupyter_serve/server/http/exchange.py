@@ -2,7 +2,8 @@
 
 An `Exchange` takes a request through TorchServe's steps and answers it once:
 
-1. 413 when the body (or its announced length) exceeds `max_request_size`;
+1. (the body's size was checked once before: `base.request_size_error`, on the full
+   route in `ServeRoute.prepare`; the lane leaves larger bodies to the full route);
 2. the model version (404), and TorchServe's 503 when it has no worker;
 3. the model's batcher, with `deadline = now + responseTimeout`;
 4. the handler's result as TorchServe's `RestJob` sends it: its status, reason,
@@ -45,28 +46,14 @@ from tornado.httputil import HTTPServerRequest
 from jupyter_serve.server.batching import ChunkSink, no_worker_message
 from jupyter_serve.server.metrics.serve_metrics import ServeMetrics
 from jupyter_serve.server.registry import Model
-from jupyter_serve.wire.errors import RequestTooLarge, ServeError, ServiceUnavailable
+from jupyter_serve.wire.errors import ServeError, ServiceUnavailable
 from jupyter_serve.wire.logsafe import printable
 from jupyter_serve.wire.protocol import InferenceRequest, InferenceResult
 
 LOGGER = logging.getLogger(__name__)
-DEFAULT_MAX_REQUEST_SIZE = 6553500
 
 MODEL_PATH = r"/([^/]+)(?:/([^/]+)(?:/(.+))?)?/?"
 """`/{model}[/{version}[/{extra...}]]`, after `predictions` or `explanations` (unanchored)."""
-
-
-def request_size_error(
-    request: HTTPServerRequest, settings: Mapping[str, Any]
-) -> RequestTooLarge | None:
-    """The 413 for a body (or announced length) over the app's `max_request_size`, else None."""
-    app = settings.get("serve_app")
-    limit = int(getattr(app, "max_request_size", DEFAULT_MAX_REQUEST_SIZE))
-    announced = request.headers.get("Content-Length", "")
-    size = int(announced) if announced.isdigit() else 0
-    if max(size, len(request.body or b"")) > limit:
-        return RequestTooLarge.over(limit)
-    return None
 
 
 class Job(NamedTuple):
@@ -188,10 +175,7 @@ class Exchange:
     def _submit(
         self, request: HTTPServerRequest, prepare: Callable[[], Job]
     ) -> asyncio.Future[InferenceResult]:
-        """413, the job, 404, 503, then the model's batcher (and the client's timer)."""
-        too_large = request_size_error(request, self.settings)
-        if too_large is not None:
-            raise too_large
+        """The job, 404, 503, then the model's batcher (and the client's timer)."""
         job = prepare()
         served = self.served = find_model(self.settings, job.model, job.version)
         served.check_workers()
