@@ -108,7 +108,7 @@ class HubScopesAuthorizer(Authorizer):
         return allowed
 
     def allows(self, model: Mapping[str, Any], action: str, resource: str) -> bool:
-        """The decision for the hub's model of a user (the serve fast paths ask it too:
+        """The decision for the hub's model of a user (the serve lane asks it too:
         `server/http/hub_verdicts.py`)."""
         if self.is_owner(model):
             return True

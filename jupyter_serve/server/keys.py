@@ -26,7 +26,7 @@ rewritten atomically on every change (a temporary file in the same folder, mode
 ``"models": null`` means every model. One SHA-256 without salt or slow KDF is
 enough: keys are 256-bit random strings, not passwords a dictionary could guess.
 
-For the fast paths: `KeyStore.allows(key, model_name)` (the store is the tornado
+For the fast path: `KeyStore.allows(key, model_name)` (the store is the tornado
 setting ``serve_keys``) costs one dict lookup and one hash, and `bearer_key`
 takes a key out of an ``Authorization: Bearer|token K`` header value.
 Standard library only.
@@ -156,7 +156,7 @@ class KeyStore:
         return info
 
     def allows(self, key: str, model_name: str | None) -> bool:
-        """True when `key` is valid and may run `model_name` (the fast paths' check)."""
+        """True when `key` is valid and may run `model_name` (the fast path's check)."""
         info = self.lookup(key)
         return info is not None and info.may_run(model_name)
 

@@ -7,7 +7,7 @@ jupyter_server would let it through:
 
 * the server authenticates with its stock identity provider and authorizes with the
   allow-all authorizer (`fast_path_applies`), so a valid token is the whole decision;
-  or it is a JupyterHub single-user server whose hub decisions the fast paths can
+  or it is a JupyterHub single-user server whose hub decisions the fast path can
   repeat (`hub_verdicts.py`, kept in `settings["serve_hub_verdicts"]`);
 * the `Authorization: token|Bearer T` header carries the server's token
   (`token_matches`, constant time), an inference key that may run the requested
@@ -71,7 +71,7 @@ def fast_path_applies(serverapp: Any) -> bool:
 
 
 def fast_path_token(serverapp: Any) -> Callable[[], str] | None:
-    """The token the fast paths compare `Authorization` with, or None when no fast path
+    """The token the fast path compares `Authorization` with, or None when no fast path
     applies. Under JupyterHub that is no token (""): the server's own hub API token is
     decided by the hub like any other, and the server's `HubVerdicts` are put in its
     settings for `admits`."""

@@ -9,7 +9,7 @@ Under JupyterHub, jupyter_server's full route decides a request with
    (`HubAuth.check_scopes(access_scopes, model)`);
 3. the server's authorizer decides `execute` on `serve` for that user.
 
-The fast paths (`lane.py`, `fastpath.py`) apply exactly that decision to hub tokens:
+The fast path (the serve lane, `lane.py`) applies exactly that decision to hub tokens:
 `learn(T)` asks the hub once with `HubAuth`'s public `user_for_token` (bypassing its
 cache, so the answer is fresh), applies steps 2 and 3 to the answer, and keeps the
 verdict for the hub's own `cache_max_age`, as `HubAuth` keeps the user. A token the
