@@ -14,7 +14,12 @@ import pytest
 from route_models import register, server_config
 from tornado.httpclient import HTTPResponse
 
-from jupyter_serve.server.http.admission import admits, host_is_local, token_matches
+from jupyter_serve.server.http.admission import (
+    admits,
+    host_is_local,
+    token_argument,
+    token_matches,
+)
 from jupyter_serve.server.http.fastpath import FastPredictions
 
 
@@ -77,6 +82,24 @@ def test_admits_an_inference_key_only_for_its_models() -> None:
     assert not admits(key.get, "s3cret", settings)
     assert not admits(key.get, "s3cret", LOCAL, "m")  # no store: no keys
     assert not admits({**key, "Origin": "x"}.get, "s3cret", settings, "m")
+
+
+@pytest.mark.parametrize(
+    ("query", "found"),
+    [
+        ("", False),
+        ("token=t", True),
+        ("a=1&token", True),  # blank, as tornado keeps it
+        ("%74oken=t", True),  # percent-encoded key: jupyter_server decodes it
+        ("tok%65n=t", True),
+        ("xtoken=1&tokens=2", False),
+        ("to+ken=t", False),
+        ("a=1&" * 16000, False),  # no "token", no "%": not parsed at all
+    ],
+)
+def test_a_token_argument_is_found_as_jupyter_server_reads_it(query: str, found: bool) -> None:
+    assert token_argument(query) is found
+    assert token_argument("", {"token": [b""]}) is True
 
 
 def test_token_matches_both_schemes_in_constant_time_compare() -> None:

@@ -87,10 +87,10 @@ def fast_path_token(serverapp: Any) -> Callable[[], str] | None:
 
 def token_matches(authorization: str, token: str) -> bool:
     """True when an `Authorization: token|Bearer T` value carries `token` (constant time)."""
-    found = _AUTH.match(authorization)
-    if found is None or not token:
+    presented = header_token(authorization)
+    if not presented or not token:
         return False
-    return hmac.compare_digest(found.group(1).strip().encode(), token.encode())
+    return hmac.compare_digest(presented.strip().encode(), token.encode())
 
 
 def host_is_local(host: str, settings: Mapping[str, Any]) -> bool:
@@ -127,7 +127,7 @@ def credentials_allow(
     if key is not None and keys is not None and keys.allows(key, model):
         return Verdict.ADMIT
     hub: HubVerdicts | None = settings.get(HUB_VERDICTS)
-    presented = hub_token(authorization)
+    presented = header_token(authorization)
     if hub is None or not presented:
         return Verdict.REFUSE
     admitted = hub.verdict(presented)
@@ -136,9 +136,9 @@ def credentials_allow(
     return Verdict.ADMIT if admitted else Verdict.REFUSE
 
 
-def hub_token(authorization: str) -> str:
-    """The token JupyterHub reads from an `Authorization` value (its own pattern: the
-    rest of the value after `token ` or `Bearer `, as it is); "" when there is none."""
+def header_token(authorization: str) -> str:
+    """The token jupyter_server and JupyterHub read from an `Authorization` value (their
+    pattern: the rest of the value after `token ` or `Bearer `, as it is); "" if none."""
     found = _AUTH.match(authorization)
     return found.group(1) if found else ""
 
@@ -148,7 +148,9 @@ def token_argument(query: str, form: Mapping[str, Any] | None = None) -> bool:
     jupyter_server and JupyterHub read before the header."""
     if form and "token" in form:
         return True
-    return bool(query) and "token" in parse_qs(query, keep_blank_values=True)
+    if "token" not in query and "%" not in query:  # no key can decode to "token": no parse
+        return False
+    return "token" in parse_qs(query, keep_blank_values=True)
 
 
 HeaderGetter = Callable[[str], "str | None"]

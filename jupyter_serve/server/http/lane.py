@@ -48,7 +48,7 @@ from jupyter_serve.server.http.admission import (
     VERBS,
     Verdict,
     admits,
-    hub_token,
+    header_token,
 )
 from jupyter_serve.server.http.exchange import MODEL_PATH
 from jupyter_serve.server.http.lane_connection import LaneProtocol, Target
@@ -139,7 +139,7 @@ class Lane:
         verdict = admits(request.headers.get, self.token(), self.settings, path_args[0],
                          request.query)  # fmt: skip
         if verdict is Verdict.ASK_HUB and may_ask:
-            token = hub_token(request.headers.get("Authorization") or "")
+            token = header_token(request.headers.get("Authorization") or "")
             raise AskHub(self.settings[HUB_VERDICTS].learn(token))
         if not verdict:
             raise NotForTheLane("not surely admitted (credentials, Host, Origin, ?token=)")
