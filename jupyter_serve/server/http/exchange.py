@@ -2,33 +2,32 @@
 
 An `Exchange` takes a request through TorchServe's steps and answers it once:
 
-1. (the body's size was checked once before: `base.request_size_error`, on the full
-   route in `ServeRoute.prepare`; the lane leaves larger bodies to the full route);
-2. the model version (404), and TorchServe's 503 when it has no worker;
-3. the model's batcher, with `deadline = now + responseTimeout`;
-4. the handler's result as TorchServe's `RestJob` sends it: its status, reason,
+1. the model version (404), and TorchServe's 503 when it has no worker;
+2. the model's batcher, with `deadline = now + responseTimeout`;
+3. the handler's result as TorchServe's `RestJob` sends it: its status, reason,
    content type (only when the handler set one), headers and raw body. A handler
    that streams (`send_intermediate_predict_response`) gets a chunked answer: the
    first intermediate result sends the status and headers, each one is a chunk and
    the final result is the last chunk. Once streaming started the status cannot
    change: a later failure is logged and the answer cut short (no terminating
    chunk), so clients see a truncated answer;
-5. a `ServeError` as TorchServe's error JSON with its status; anything else (a bug,
+4. a `ServeError` as TorchServe's error JSON with its status; anything else (a bug,
    a result the transport cannot write) as a 500, logged with its traceback;
-6. past the model's `clientTimeoutInMills` the request is dropped (queued, it never
+5. past the model's `clientTimeoutInMills` the request is dropped (queued, it never
    reaches a worker; late, its result is thrown away) and the client gets nothing
    at all: the connection stays open until the client leaves (a streamed answer
    is cut);
-7. a client that leaves cancels its request (the batcher skips it) and gets nothing;
-8. every answer sent after the model was found is counted in the metrics with its
+6. a client that leaves cancels its request (the batcher skips it) and gets nothing;
+7. every answer sent after the model was found is counted in the metrics with its
    status (a dropped answer or a departed client is not).
 
 It writes through a `Writer`, one per transport: `server/http/inference.py` has the one
-over a tornado `RequestHandler` (the full routes, which keep jupyter_server's
-headers and logging), `server/http/fastpath.py` the one over the serve lane's
-connection. Each transport tells the exchange when its client
-has left (`client_gone`). There is no task per request: the answer is written from
-the result future's done-callback, and a route, which must not return before its
+over a tornado `RequestHandler` (the full routes, which keep jupyter_server's headers and
+logging), `server/http/fastpath.py` the one over the serve lane's connection. Each
+transport tells the exchange when its client has left (`client_gone`). The body's size is
+not checked here: the full route's `ServeRoute.prepare` checks it once, and the lane
+leaves larger bodies to that route. There is no task per request: the answer is written
+from the result future's done-callback, and a route, which must not return before its
 answer is complete, awaits `finished()`.
 """
 

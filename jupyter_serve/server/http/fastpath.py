@@ -22,7 +22,7 @@ import logging
 from collections.abc import MutableMapping
 from datetime import datetime, timezone
 from http.client import responses
-from typing import Any, TypeVar
+from typing import Any
 
 from tornado import iostream
 
@@ -79,7 +79,7 @@ class LaneWriter:
         self.sent = False  # a head went out (or failed half-way): no other answer can follow
 
     def answer(self, result: InferenceResult) -> None:
-        headers: dict[str, Any] = result_headers(result, {})
+        headers = result_headers(result)
         self.write(result.status, result.reason, headers, bytes(result.body))
 
     def error(self, error: ServeError) -> None:
@@ -89,7 +89,7 @@ class LaneWriter:
         self.write(error.status_code, "", {"Content-Type": "application/json"}, error.body())
 
     def begin(self, result: InferenceResult) -> None:
-        headers: dict[str, Any] = result_headers(result, {})
+        headers = result_headers(result)
         headers["X-Request-Id"] = self.request_id
         self.sent = True
         try:  # asyncio's TCP transports send each chunk at once (TCP_NODELAY)
@@ -138,12 +138,10 @@ def reason_of(status: int, reason: str) -> str:
     return reason or responses.get(status, "Unknown")
 
 
-Fields = TypeVar("Fields", bound=MutableMapping[str, Any])
-
-
-def result_headers(result: InferenceResult, headers: Fields) -> Fields:
-    """`headers` with a result's content type and its handler's headers, names in tornado's
+def result_headers(result: InferenceResult) -> dict[str, Any]:
+    """A result's content type and its handler's headers, names in tornado's
     `Http-Header-Case` (a later value of a name replaces the earlier in its place)."""
+    headers: dict[str, Any] = {}
     if result.content_type:
         headers["Content-Type"] = result.content_type
     for key, value in result.headers.items():

@@ -94,23 +94,21 @@ class HubVerdicts:
         except Exception as error:  # the hub is unreachable or answered an error
             LOGGER.debug("jupyter_serve: the hub could not say who a token is: %s", error)
             return
-        admitted = isinstance(model, Mapping) and self.admits(model)
+        admitted = isinstance(model, Mapping) and self.admitted(model)
         self.keep(key, admitted, asked_at + float(self.hub_auth.cache_max_age))
 
-    def admits(self, model: Mapping[str, Any]) -> bool:
+    def admitted(self, model: Mapping[str, Any]) -> bool:
         """Steps 2 and 3 of the module docstring for the hub's model of a user."""
         if not self.hub_auth.check_scopes(self.hub_auth.access_scopes, model):
             return False
         return self.allows(model)
 
     def keep(self, key: str, admitted: bool, expires: float) -> None:
-        if key not in self.kept and len(self.kept) >= CAPACITY:
-            now = self.clock()
-            for stale in [k for k, (_, until) in self.kept.items() if until <= now]:
-                del self.kept[stale]
-            while len(self.kept) >= CAPACITY:
-                del self.kept[next(iter(self.kept))]
-        self.kept.pop(key, None)  # a fresh answer goes last: the oldest leave first
+        """Keep a verdict, last: verdicts all live `cache_max_age`, so the first kept are
+        the first stale, and go first when `CAPACITY` is reached."""
+        self.kept.pop(key, None)
+        while len(self.kept) >= CAPACITY:
+            del self.kept[next(iter(self.kept))]
         self.kept[key] = (admitted, expires)
 
 
