@@ -98,7 +98,7 @@ def _json(body: bytes) -> Any:
         return None
 
 
-def _echo_check(sent: bytes) -> Callable[[int, bytes], bool]:
+def echo_check(sent: bytes) -> Callable[[int, bytes], bool]:
     return lambda status, body: status == 200 and body == sent
 
 
@@ -134,7 +134,7 @@ def workloads() -> dict[str, Workload]:
     mlp = json.dumps([round(rng.uniform(-1, 1), 4) for _ in range(MLP_IN)]).encode()
     image = struct.pack(f"{CNN_FLOATS}f", *(rng.random() for _ in range(CNN_FLOATS)))
     return {
-        "echo": Workload("echo", echo, "application/octet-stream", _echo_check(echo)),
+        "echo": Workload("echo", echo, "application/octet-stream", echo_check(echo)),
         "mlp": Workload("mlp", mlp, "application/json", _finite_floats_check(10)),
         "cnn": Workload("cnn", image, "application/octet-stream", _cnn_check),
         BIG: Workload(BIG, b"0.5", "application/json", _finite_floats_check(4)),

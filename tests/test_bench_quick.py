@@ -1,5 +1,6 @@
 """The benchmark's CI smoke checks: `bench/run.py --quick --no-torchserve`, `--memory
---no-torchserve`, `--stall` and `--hub --quick` complete and report.
+--no-torchserve`, `--stall` and `--hub --quick`, and `bench/body_copies.py`, complete and
+report.
 
 No thresholds: it checks that every jupyter_serve point ran with zero errors,
 that the ratios the issues name are all present (TorchServe's null without it),
@@ -137,6 +138,24 @@ def test_stall_probe_sends_every_case_to_both_servers_and_reports(tmp_path: Path
     summary = results["stall_summary"]
     assert results["ratios"]["stall_ms_worst"] == max(summary["stall_ms"].values())
     assert "## Stall probe" in out.with_suffix(".md").read_text()
+    assert leftovers(tmp_path) == []
+
+
+def test_body_copies_measures_the_server_cpu_per_request_by_body_size(tmp_path: Path) -> None:
+    """`bench/body_copies.py` (issue 25's copies): every size echoed intact, figures kept
+    under the run's label beside earlier ones."""
+    out = tmp_path / "copies.json"
+    out.write_text(json.dumps({"before": {"points": []}}))
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    argv = [sys.executable, str(BENCH / "body_copies.py"), "--sizes", "1024,200000",
+            "--seconds", "0.3", "--out", str(out), "--label", "after"]  # fmt: skip
+    subprocess.run(argv, check=True, env=env, cwd=tmp_path, capture_output=True, timeout=600)
+    results = json.loads(out.read_text())
+    assert set(results) == {"before", "after"}
+    points = results["after"]["points"]
+    assert [point["bytes"] for point in points] == [1024, 200000]
+    assert all(point["requests"] > 0 and point["server_cpu_us_per_req"] > 0 for point in points)
+    assert isinstance(results["after"]["server_ns_per_kib"], float)
     assert leftovers(tmp_path) == []
 
 

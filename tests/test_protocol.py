@@ -1,9 +1,10 @@
-"""Round trips of the worker wire protocol over real sockets and stream readers."""
+"""Round trips of the worker wire protocol over real sockets (the server's asynchronous
+reader: tests/test_pool_channel.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import socket
+import threading
 
 import pytest
 
@@ -29,8 +30,6 @@ def test_sync_socketpair_round_trip_with_large_payload() -> None:
     frame = Frame(Kind.RESULT, {"n": 1}, bytes(range(256)) * 8192)  # 2 MiB
     with left, right:
         reader_result: list[Frame | None] = []
-        import threading
-
         reader = threading.Thread(
             target=lambda: reader_result.append(protocol.read_frame_sync(right))
         )
@@ -49,31 +48,6 @@ def test_sync_read_of_truncated_frame_raises() -> None:
         left.close()
         with pytest.raises(ProtocolError, match="inside a frame"):
             protocol.read_frame_sync(right)
-
-
-def test_async_reader_round_trip_and_eof() -> None:
-    async def run() -> list[Frame | None]:
-        reader = asyncio.StreamReader()
-        reader.feed_data(protocol.encode(Frame(Kind.ERROR, {"status": 507})))
-        reader.feed_data(protocol.encode(Frame(Kind.INFER, {"requests": []}, b"xy")))
-        reader.feed_eof()
-        return [await protocol.read_frame(reader) for _ in range(3)]
-
-    first, second, end = asyncio.run(run())
-    assert first == Frame(Kind.ERROR, {"status": 507})
-    assert second == Frame(Kind.INFER, {"requests": []}, b"xy")
-    assert end is None
-
-
-def test_async_reader_truncated_frame_raises() -> None:
-    async def run() -> None:
-        reader = asyncio.StreamReader()
-        reader.feed_data(protocol.encode(Frame(Kind.LOAD, {"a": 1}))[:7])
-        reader.feed_eof()
-        await protocol.read_frame(reader)
-
-    with pytest.raises(ProtocolError):
-        asyncio.run(run())
 
 
 @pytest.mark.parametrize(
@@ -103,16 +77,56 @@ def test_infer_batch_round_trip() -> None:
     assert protocol.decode_infer(frame) == (batch, "describe")
 
 
-def test_batch_bytes_are_the_frame_encode_gives_bodies_of_any_buffer_type() -> None:
-    big = bytearray(b"\x01" * 300_000)  # the serve lane's large bodies are bytearrays
+def test_batch_parts_are_the_frame_encode_gives_with_the_bodies_themselves() -> None:
+    big = bytearray(b"\x01" * 300_000)
+    lane_body = memoryview(bytearray(b"head-of-buffer|view"))[15:]  # the lane's: a view
     batch = [
         InferenceRequest("r1", {}, (Parameter("body", "", big),)),
-        InferenceRequest("r2", {}, (Parameter("body", "", memoryview(b"view")),)),
+        InferenceRequest("r2", {}, (Parameter("body", "", lane_body),)),
     ]
-    wire = protocol.encode_infer_bytes(batch)
+    parts = protocol.encode_infer_parts(batch)
+    wire = b"".join(parts)
     assert wire == protocol.encode(protocol.encode_infer(batch))
+    assert any(part is big for part in parts)  # sent from the body's own memory
+    assert any(isinstance(p, memoryview) and p.obj is lane_body.obj for p in parts)
     requests, _ = protocol.decode_infer(protocol.decode(wire[4:]))
     assert [r.parameters[0].value for r in requests] == [bytes(big), b"view"]
+
+
+def test_a_decoded_payload_and_its_bodies_are_views_of_the_bytes_read() -> None:
+    batch = [InferenceRequest("r1", {}, (Parameter("body", "", b"abc"),))]
+    read = bytearray(protocol.encode(protocol.encode_infer(batch))[4:])
+    frame = protocol.decode(read)
+    value = protocol.decode_infer(frame)[0][0].parameters[0].value
+    assert isinstance(value, memoryview)
+    assert value.obj is read
+    assert value == b"abc"
+
+
+def test_gathered_joins_runs_of_small_parts_and_keeps_large_ones() -> None:
+    large = b"L" * protocol.SMALL_PART
+    parts = protocol.gathered([b"a", b"b", large, b"c", b"", b"d"])
+    assert parts == [b"ab", large, b"cd"]
+    assert parts[1] is large
+
+
+def test_send_parts_sync_sends_every_part_in_order_across_partial_sends() -> None:
+    left, right = socket.socketpair()
+    left.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)  # many partial sendmsg calls
+    parts = [b"", b"x" * 70_000, memoryview(bytes(range(256)) * 300)[7:], b"tail", *[b"."] * 600]
+    received = bytearray()
+    expected = b"".join(parts)
+
+    def read() -> None:
+        while len(received) < len(expected):
+            received.extend(right.recv(65536))
+
+    with left, right:
+        reader = threading.Thread(target=read)
+        reader.start()
+        protocol.send_parts_sync(left, parts)
+        reader.join()
+    assert received == expected
 
 
 def test_results_round_trip_with_extra_header_fields() -> None:
@@ -135,23 +149,6 @@ def test_stream_chunk_round_trip_keeps_status_message_and_results() -> None:
     frame = protocol.decode(protocol.encode(protocol.encode_chunk(chunk))[4:])
     assert frame.kind is Kind.STREAM
     assert protocol.decode_chunk(frame) == chunk
-
-
-def test_stream_frames_come_before_the_result_on_one_reader() -> None:
-    async def run() -> list[Frame | None]:
-        reader = asyncio.StreamReader()
-        for word in (b"a", b"b"):
-            chunk = protocol.StreamChunk([InferenceResult("r1", body=word)])
-            reader.feed_data(protocol.encode(protocol.encode_chunk(chunk)))
-        reader.feed_data(protocol.encode(protocol.encode_results([InferenceResult("r1")])))
-        reader.feed_eof()
-        return [await protocol.read_frame(reader) for _ in range(4)]
-
-    frames = asyncio.run(run())
-    assert [f.kind for f in frames if f is not None] == [Kind.STREAM, Kind.STREAM, Kind.RESULT]
-    assert frames[-1] is None
-    bodies = [protocol.decode_chunk(f).results[0].body for f in frames[:2] if f is not None]
-    assert bodies == [b"a", b"b"]
 
 
 def test_blob_reference_outside_payload_is_refused() -> None:

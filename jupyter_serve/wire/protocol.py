@@ -51,6 +51,18 @@ and whose headers carry `KSERVE_HEADER` (set by the server, never taken from a
 client): JSON {"protocol": "v1"|"v2", "room": items the queue takes, "max_elements",
 "model": [name, version]}; the worker opens it (jupyter_serve.worker.kserve).
 
+Copies: a body is not copied on its way through the protocol. `frame_parts` gives a
+frame as its head and the bodies themselves, sent as they are (`gathered`: parts under
+`SMALL_PART` are joined, since a copy of a few KiB costs less than a system call);
+`decode` returns a payload that is a view of the bytes the frame was read into, and
+`blob` a view of one body in it. So between the client's socket and the handler (the
+kernel's own copies aside) a request's body is copied twice: into the serve lane's
+read buffer, and into the `bytearray` the handler gets (a small one once more, joined
+with its frame's head); an answer's body once: out of the frame the server received
+(a small one once more, joined with its HTTP head; a batch's bodies once more, joined
+into the worker's frame). asyncio (3.11) itself copies into its buffer what a socket
+does not take at once.
+
 One request is in flight per connection at a time: the server sends L or I and
 waits for the matching R or E, reading any number of S frames before it (a
 handler calling TorchServe's `send_intermediate_predict_response`). A closed
@@ -59,7 +71,6 @@ connection (EOF) means the worker died.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import socket
 import struct
@@ -76,6 +87,8 @@ KSERVE_HEADER = "X-Jupyter-Serve-Kserve"
 _LENGTH = struct.Struct("!I")
 _PREFIX = struct.Struct("!BI")  # kind, header length
 MAX_FRAME_BYTES = 2**32 - 1
+SMALL_PART = 65536  # parts under this are joined before a send; larger ones go as they are
+_MAX_GATHER = 512  # buffers per sendmsg (under every platform's IOV_MAX)
 _COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))  # one for all frames (json.dumps
 # with non-default arguments builds a new encoder per call)
 
@@ -99,7 +112,7 @@ class Frame:
 
     kind: Kind
     header: dict[str, Any]
-    payload: bytes = b""
+    payload: Buffer = b""  # a decoded frame's is a view of the bytes it was read into
 
 
 def encode(frame: Frame) -> bytes:
@@ -109,57 +122,69 @@ def encode(frame: Frame) -> bytes:
 
 def encode_parts(kind: Kind, header: dict[str, Any], payload: Sequence[Buffer]) -> bytes:
     """A frame's bytes from its payload in parts, joined once (no payload copy first)."""
+    return b"".join(frame_parts(kind, header, payload))
+
+
+def frame_parts(kind: Kind, header: dict[str, Any], payload: Sequence[Buffer]) -> list[Buffer]:
+    """A frame as parts to send one after the other: its prefix and header, then `payload`'s
+    parts as they are (bodies are not copied: `gathered` or `send_parts_sync` send them)."""
     head = _COMPACT_JSON.encode(header).encode("utf-8")
     length = _PREFIX.size + len(head) + sum(len(part) for part in payload)
     if length > MAX_FRAME_BYTES:
         raise ProtocolError(f"Frame of {length} bytes exceeds the 4 GiB limit")
     prefix = _LENGTH.pack(length) + _PREFIX.pack(ord(kind.value), len(head))
-    return b"".join((prefix, head, *payload))
+    return [prefix + head, *payload]
 
 
-def decode(body: bytes) -> Frame:
-    """Parse one frame's bytes (everything after the length prefix)."""
-    if len(body) < _PREFIX.size:
+def gathered(parts: Sequence[Buffer], small: int = SMALL_PART) -> list[Buffer]:
+    """`parts` with each run of parts under `small` bytes joined into one, larger parts as
+    they are: a body of `small` bytes or more is sent without a copy, and smaller ones
+    cost one copy instead of a system call each."""
+    out: list[Buffer] = []
+    run: list[Buffer] = []
+    for part in parts:
+        if len(part) < small:
+            run.append(part)
+            continue
+        if run:
+            out.append(b"".join(run))
+            run = []
+        out.append(part)
+    if run:
+        out.append(b"".join(run))
+    return out
+
+
+def decode(body: Buffer) -> Frame:
+    """Parse one frame's bytes (everything after the length prefix). The payload is a view
+    of `body`, not a copy: `body` must not change while the frame is in use."""
+    view = memoryview(body)
+    if len(view) < _PREFIX.size:
         raise ProtocolError("Frame shorter than its prefix")
-    kind_byte, header_len = _PREFIX.unpack_from(body)
+    kind_byte, header_len = _PREFIX.unpack_from(view)
     end = _PREFIX.size + header_len
-    if end > len(body):
+    if end > len(view):
         raise ProtocolError("Frame header runs past the frame")
     try:
         kind = Kind(chr(kind_byte))
-        header = json.loads(body[_PREFIX.size : end])
+        header = json.loads(bytes(view[_PREFIX.size : end]))
     except ValueError as exc:
         raise ProtocolError(f"Bad frame: {exc}") from exc
     if not isinstance(header, dict):
         raise ProtocolError("Frame header is not a JSON object")
-    return Frame(kind, header, bytes(body[end:]))
+    return Frame(kind, header, view[end:])
 
 
-def decode_packet(packet: bytes) -> Frame:
+def decode_packet(packet: Buffer) -> Frame:
     """The frame `encode` put in one datagram (the worker factory's packets)."""
     if len(packet) < _LENGTH.size or _LENGTH.unpack_from(packet)[0] != len(packet) - _LENGTH.size:
         raise ProtocolError("Packet length does not match its frame's length prefix")
     return decode(packet[_LENGTH.size :])
 
 
-async def read_frame(reader: asyncio.StreamReader) -> Frame | None:
-    """Read one frame; None on a clean end of stream before a frame starts."""
-    try:
-        prefix = await reader.readexactly(_LENGTH.size)
-    except asyncio.IncompleteReadError as exc:
-        if exc.partial:
-            raise ProtocolError("Connection closed inside a frame") from exc
-        return None
-    (length,) = _LENGTH.unpack(prefix)
-    try:
-        body = await reader.readexactly(length)
-    except asyncio.IncompleteReadError as exc:
-        raise ProtocolError("Connection closed inside a frame") from exc
-    return decode(body)
-
-
 def read_frame_sync(sock: socket.socket) -> Frame | None:
-    """Blocking `read_frame` for the worker side."""
+    """Read one frame from a blocking socket; None on a clean end of stream before a frame.
+    The frame is read straight into its own buffer (its payload is a view of it)."""
     prefix = _recv_exactly(sock, _LENGTH.size)
     if prefix is None:
         return None
@@ -171,10 +196,24 @@ def read_frame_sync(sock: socket.socket) -> Frame | None:
 
 
 def write_frame_sync(sock: socket.socket, frame: Frame) -> None:
-    sock.sendall(encode(frame))
+    """Send `frame` on a blocking socket, its payload gathered, not copied, into the send."""
+    send_parts_sync(sock, frame_parts(frame.kind, frame.header, (frame.payload,)))
 
 
-def _recv_exactly(sock: socket.socket, size: int) -> bytes | None:
+def send_parts_sync(sock: socket.socket, parts: Sequence[Buffer]) -> None:
+    """Send `parts` in order with gathered writes (`sendmsg`), however much each call takes."""
+    views = [memoryview(part).cast("B") for part in parts if len(part)]
+    first = 0
+    while first < len(views):
+        sent = sock.sendmsg(views[first : first + _MAX_GATHER])
+        while sent and sent >= len(views[first]):
+            sent -= len(views[first])
+            first += 1
+        if sent:
+            views[first] = views[first][sent:]
+
+
+def _recv_exactly(sock: socket.socket, size: int) -> bytearray | None:
     buffer = bytearray(size)
     view = memoryview(buffer)
     received = 0
@@ -185,7 +224,7 @@ def _recv_exactly(sock: socket.socket, size: int) -> bytes | None:
                 raise ProtocolError("Connection closed inside a frame")
             return None
         received += count
-    return bytes(buffer)
+    return buffer
 
 
 @dataclass
@@ -195,10 +234,10 @@ class PayloadBuilder:
     parts: list[Buffer] = field(default_factory=list)
     size: int = 0
 
-    def add(self, data: bytes | bytearray | memoryview) -> list[int]:
-        chunk = data if isinstance(data, bytes | bytearray) else bytes(data)  # no copy of bodies
+    def add(self, data: Buffer) -> list[int]:
+        chunk = memoryview(data).cast("B") if isinstance(data, memoryview) else data
         ref = [self.size, len(chunk)]
-        self.parts.append(chunk)
+        self.parts.append(chunk)  # the body itself, not a copy
         self.size += len(chunk)
         return ref
 
@@ -206,12 +245,12 @@ class PayloadBuilder:
         return b"".join(self.parts)
 
 
-def blob(payload: bytes, ref: list[int]) -> bytes:
-    """The body `ref` (`[offset, length]`) points at inside `payload`."""
+def blob(payload: Buffer, ref: list[int]) -> memoryview:
+    """A view of the body `ref` (`[offset, length]`) points at inside `payload` (no copy)."""
     offset, length = ref
     if offset < 0 or length < 0 or offset + length > len(payload):
         raise ProtocolError(f"Body reference {ref} outside a payload of {len(payload)} bytes")
-    return payload[offset : offset + length]
+    return memoryview(payload)[offset : offset + length]
 
 
 # ---- typed messages carried by I and R frames --------------------------------
@@ -223,7 +262,7 @@ class Parameter:
 
     name: str
     content_type: str
-    value: bytes
+    value: Buffer  # decoded from a frame: a view of it (the worker copies it once, for the handler)
 
 
 @dataclass(frozen=True)
@@ -256,10 +295,10 @@ def encode_infer(requests: list[InferenceRequest], command: str = "predict") -> 
     return Frame(Kind.INFER, header, payload.build())
 
 
-def encode_infer_bytes(requests: list[InferenceRequest], command: str = "predict") -> bytes:
-    """The wire bytes of `encode_infer`'s frame, the bodies copied once (into the frame)."""
+def encode_infer_parts(requests: list[InferenceRequest], command: str = "predict") -> list[Buffer]:
+    """`encode_infer`'s frame as `frame_parts`: the bodies themselves, not copies."""
     header, payload = _infer_wire(requests, command)
-    return encode_parts(Kind.INFER, header, payload.parts)
+    return frame_parts(Kind.INFER, header, payload.parts)
 
 
 def _infer_wire(
@@ -318,7 +357,7 @@ def decode_results(frame: Frame) -> list[InferenceResult]:
         InferenceResult(
             request_id=str(r["request_id"]),
             status=int(r.get("status", 200)),
-            body=blob(frame.payload, r["body"]),
+            body=bytes(blob(frame.payload, r["body"])),  # the server's one copy of a result
             content_type=r.get("content_type"),
             reason=str(r.get("reason") or ""),
             headers={str(k): str(v) for k, v in (r.get("headers") or {}).items()},

@@ -87,7 +87,7 @@ class InvocationsRoute(AliasPredictionRoute):
 def _string_parameter(request: InferenceRequest, key: str) -> str:
     """The last parameter named `key`, as text ("" when absent)."""
     values = [param.value for param in request.parameters if param.name == key]
-    return values[-1].decode("utf-8", "replace") if values else ""
+    return bytes(values[-1]).decode("utf-8", "replace") if values else ""
 
 
 ROUTES: list[tuple[str, type[Any]]] = [

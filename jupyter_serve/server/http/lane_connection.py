@@ -16,6 +16,7 @@ from tornado import iostream
 
 from jupyter_serve.server.http.admission import token_argument
 from jupyter_serve.server.http.lane_http import AskHub, LaneRequest, NotForTheLane, RequestReader
+from jupyter_serve.wire.protocol import gathered
 
 if TYPE_CHECKING:
     from jupyter_serve.server.http.lane import Lane
@@ -124,9 +125,9 @@ class LaneProtocol(asyncio.Protocol):
             with memoryview(self.buffer) as view, view[body_start:end] as body:
                 if request.content_length:
                     self.reader.read_body(body)
-                request.body = bytes(body)
-            if token_argument("", request.body_arguments):
-                raise NotForTheLane("a form's token field: jupyter_server reads it first")
+                request.body = body  # for a form's fields, parsed (and kept) now
+                if token_argument("", request.body_arguments):
+                    raise NotForTheLane("a form's token field: jupyter_server reads it first")
         except NotForTheLane:
             self._hand_over()
             return
@@ -135,10 +136,16 @@ class LaneProtocol(asyncio.Protocol):
             return
         self.head = None
         self.asked_hub = False
-        del self.buffer[:end]
+        request.body = memoryview(self._take(end))[body_start:end]
         self.request, self.chunked, self.on_close = request, False, None
         request.connection = self
         target(request, args)
+
+    def _take(self, end: int) -> bytearray:
+        """The buffer holding a request that ends at `end`, for the request to keep (its body
+        is a view of it, not a copy); what follows the request goes on in a new buffer."""
+        taken, self.buffer = self.buffer, self.buffer[end:]
+        return taken
 
     def _read_head(self) -> Head | None:
         if self.parsed is None:  # else the head waited for the hub: parsed already
@@ -226,12 +233,12 @@ class LaneProtocol(asyncio.Protocol):
         head = "\r\n".join(lines)
         if head.count("\n") != len(lines) - 1 or head.count("\r") != len(lines) - 1:
             raise ValueError(f"Illegal characters (CR or LF) in header: {head!r}")
-        self._send(head.encode("latin-1") + b"\r\n\r\n" + self._framed(body))
+        self._send(head.encode("latin-1") + b"\r\n\r\n", *self._framed(body))
         if whole:
             self.finish()
 
     def write(self, chunk: bytes) -> None:
-        self._send(self._framed(chunk))
+        self._send(*self._framed(chunk))
 
     def finish(self) -> None:
         """The answer is complete: close if asked to, else go on with the next request."""
@@ -260,14 +267,16 @@ class LaneProtocol(asyncio.Protocol):
         if self._idle():
             self._next()
 
-    def _framed(self, chunk: bytes) -> bytes:
+    def _framed(self, chunk: bytes) -> tuple[bytes, ...]:
         if not self.chunked or not chunk:
-            return chunk
-        return b"%x\r\n%b\r\n" % (len(chunk), chunk)
+            return (chunk,)
+        return (b"%x\r\n" % len(chunk), chunk, b"\r\n")
 
-    def _send(self, data: bytes) -> None:
-        if not data:
+    def _send(self, *parts: bytes) -> None:
+        """Write `parts`: a large body as it is, small pieces joined (`protocol.gathered`)."""
+        if not any(parts):
             return
         if self.transport is None or self.transport.is_closing():
             raise iostream.StreamClosedError()  # the exchange expects tornado's error
-        self.transport.write(data)
+        for data in gathered(parts):
+            self.transport.write(data)

@@ -80,7 +80,7 @@ class LaneRequest:
     headers: LaneHeaders
     content_length: int
     close_after: bool  # the client sent `Connection: close`
-    body: bytes | bytearray = b""
+    body: bytes | bytearray | memoryview = b""  # a view of the buffer it was read into
     connection: Any = None
     version: str = "HTTP/1.1"
     _form: tuple[dict[str, list[bytes]], dict[str, list[httputil.HTTPFile]]] | None = field(

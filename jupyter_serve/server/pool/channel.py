@@ -6,6 +6,11 @@ runs, a streaming handler makes the worker send any number of `S` frames first
 callback as it arrives and returns the final frame. Without a callback, `S`
 frames are read and dropped. A non-streaming answer costs no extra await.
 
+Bodies are not copied on the way (`FrameReader`): a frame is received straight into
+memory it keeps (a shared read buffer for small frames, its own buffer for a large
+one), and the decoded frame's payload is a view of it. Sent frames go as parts
+(`protocol.gathered`): a large body is written from the caller's own buffer.
+
 A closed socket, a truncated frame or a malformed one raises `Disconnected`: the
 worker is gone or cannot be trusted any more.
 """
@@ -13,46 +18,175 @@ worker is gone or cannot be trusted any more.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import socket
-from collections.abc import Callable
+import struct
+from collections import deque
+from collections.abc import Callable, Sequence
 
 from jupyter_serve.server.pool.logs import LOGGER
 from jupyter_serve.wire import protocol
-from jupyter_serve.wire.protocol import Frame, Kind, StreamChunk
+from jupyter_serve.wire.protocol import Buffer, Frame, Kind, StreamChunk
 
-__all__ = ["Channel", "ChunkCallback", "Disconnected"]
+__all__ = ["Channel", "ChunkCallback", "Disconnected", "FrameReader"]
 
 ChunkCallback = Callable[[StreamChunk], None]
+
+READ_BUFFER = 65536  # small frames are received into shared buffers of this size
+MIN_READ = 4096  # a read buffer with less room than this is replaced
+MAX_QUEUED = 8  # frames read ahead of the consumer before reading pauses
+_LENGTH = struct.Struct("!I")
 
 
 class Disconnected(Exception):
     """The socket closed or carried garbage: the worker is gone or cannot be trusted."""
 
 
+class FrameReader(asyncio.BufferedProtocol):
+    """Receives frames with `recv_into` straight into memory the frames keep.
+
+    Small frames land in a shared read buffer that is never written twice: once full, a
+    fresh one takes over (a frame cut by its end moves to it, once), so a frame handed
+    out stays valid for as long as it is used. A frame larger than the buffer gets a
+    buffer of its own, into which the rest of it is received directly.
+    """
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.frames: deque[Frame] = deque()
+        self.failure: Disconnected | None = None
+        self.waiter: asyncio.Future[None] | None = None
+        self.drained: asyncio.Future[None] | None = None  # set while writing is paused
+        self.buffer = bytearray(READ_BUFFER)
+        self.start = self.end = 0  # the unread bytes of `buffer`
+        self.large: bytearray | None = None  # a large frame's own buffer, being filled
+        self.filled = 0
+        self.paused = False
+
+    # ---- asyncio.BufferedProtocol ----
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self.large is not None:
+            return memoryview(self.large)[self.filled :]
+        if len(self.buffer) - self.end < MIN_READ:  # full: a fresh one, a cut frame moved to it
+            fresh = bytearray(READ_BUFFER)
+            fresh[: self.end - self.start] = self.buffer[self.start : self.end]
+            self.buffer, self.start, self.end = fresh, 0, self.end - self.start
+        return memoryview(self.buffer)[self.end :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self.large is not None:
+            self.filled += nbytes
+            if self.filled == len(self.large):
+                large, self.large = self.large, None
+                self._deliver(large)
+            return
+        self.end += nbytes
+        self._split()
+
+    def eof_received(self) -> bool:
+        self._fail(Disconnected("end of stream"))
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail(Disconnected(str(exc) if exc else "end of stream"))
+        if self.drained is not None and not self.drained.done():
+            self.drained.set_result(None)
+
+    def pause_writing(self) -> None:
+        self.drained = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        if self.drained is not None and not self.drained.done():
+            self.drained.set_result(None)
+        self.drained = None
+
+    # ---- frames ----
+
+    def _split(self) -> None:
+        """Deliver each whole frame in the read buffer; start a large frame's own buffer."""
+        view = memoryview(self.buffer)
+        while self.end - self.start >= _LENGTH.size and self.failure is None:
+            (length,) = _LENGTH.unpack_from(view, self.start)
+            begin = self.start + _LENGTH.size
+            if length > len(self.buffer) - _LENGTH.size:  # will never fit: its own buffer
+                self.large = bytearray(length)
+                self.filled = min(length, self.end - begin)
+                self.large[: self.filled] = view[begin : begin + self.filled]
+                self.start = self.end = len(self.buffer)  # what follows: a fresh buffer
+                if self.filled == length:
+                    large, self.large = self.large, None
+                    self._deliver(large)
+                return
+            if self.end - begin < length:
+                return  # the rest is still to come
+            self.start = begin + length
+            self._deliver(view[begin : self.start])
+
+    def _deliver(self, body: Buffer) -> None:
+        try:
+            frame = protocol.decode(body)
+        except protocol.ProtocolError as exc:
+            self._fail(Disconnected(str(exc)))
+            if self.transport is not None:
+                self.transport.abort()
+            return
+        self.frames.append(frame)
+        if len(self.frames) >= MAX_QUEUED and self.transport is not None and not self.paused:
+            self.paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def _fail(self, failure: Disconnected) -> None:
+        if self.failure is None:
+            self.failure = failure
+        self._wake()
+
+    def _wake(self) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
+
+    async def next_frame(self) -> Frame:
+        """The next frame, in order; `Disconnected` once none can come."""
+        while not self.frames:
+            if self.failure is not None:
+                raise self.failure
+            self.waiter = asyncio.get_running_loop().create_future()
+            await self.waiter
+        frame = self.frames.popleft()
+        if self.paused and len(self.frames) < MAX_QUEUED // 2 and self.transport is not None:
+            self.paused = False
+            self.transport.resume_reading()
+        return frame
+
+
 class Channel:
     """A connected stream socket to one worker, speaking jupyter_serve.wire.protocol."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, transport: asyncio.Transport, reader: FrameReader) -> None:
+        self._transport = transport
         self._reader = reader
-        self._writer = writer
 
     @classmethod
     async def open(cls, sock: socket.socket) -> Channel:
         """Wrap the server's end of the worker's socketpair."""
-        reader, writer = await asyncio.open_unix_connection(sock=sock)
-        return cls(reader, writer)
+        loop = asyncio.get_running_loop()
+        transport, reader = await loop.create_unix_connection(FrameReader, sock=sock)
+        assert isinstance(transport, asyncio.Transport)
+        return cls(transport, reader)
 
     def at_eof(self) -> bool:
-        return self._reader.at_eof()
+        return self._reader.failure is not None and not self._reader.frames
 
-    async def exchange(self, data: bytes, on_chunk: ChunkCallback | None = None) -> Frame:
-        """Send one encoded frame; return the worker's R or E after passing S frames on."""
-        try:
-            self._writer.write(data)
-            await self._writer.drain()
-        except OSError as exc:
-            raise Disconnected(str(exc)) from exc
+    async def exchange(
+        self, parts: Sequence[Buffer], on_chunk: ChunkCallback | None = None
+    ) -> Frame:
+        """Send one frame (`protocol.frame_parts`); return the worker's R or E after passing
+        S frames on."""
+        await self.send(parts)
         reply = await self.read_frame()
         while reply.kind is Kind.STREAM:
             try:
@@ -62,22 +196,25 @@ class Channel:
             reply = await self.read_frame()
         return reply
 
+    async def send(self, parts: Sequence[Buffer]) -> None:
+        """Write a frame's parts, large bodies from their own buffers, and wait while the
+        worker's socket is full."""
+        if self._transport.is_closing():
+            raise Disconnected("the socket is closed")
+        for part in protocol.gathered(parts):
+            self._transport.write(part)
+        drained = self._reader.drained
+        if drained is not None:
+            await drained  # a lost connection shows in `read_frame`, after any answer it sent
+
     async def read_frame(self) -> Frame:
         """The next frame the worker sends, whatever its kind."""
-        try:
-            frame = await protocol.read_frame(self._reader)
-        except (OSError, protocol.ProtocolError) as exc:
-            raise Disconnected(str(exc)) from exc
-        if frame is None:
-            raise Disconnected("end of stream")
-        return frame
+        return await self._reader.next_frame()
 
     async def close(self) -> None:
-        if self._writer.is_closing():
+        if self._transport.is_closing():
             return
-        self._writer.close()
-        with contextlib.suppress(OSError):
-            await self._writer.wait_closed()
+        self._transport.close()
 
 
 def _pass_chunk(frame: Frame, on_chunk: ChunkCallback | None) -> None:

@@ -38,6 +38,7 @@ import sys
 from collections.abc import Callable, Sequence
 from enum import Enum
 
+from jupyter_serve.server.pool.channel import Channel
 from jupyter_serve.server.pool.environment import (
     python_command,
     start_dir,
@@ -152,9 +153,9 @@ class WorkerFactory:
             if pid is not None:
                 forked = await self._adopt(pid, out_read, err_read, incarnation)
                 out_read = err_read = -1  # its pipe transports own them now
-                connection = await asyncio.open_unix_connection(sock=parent)
+                channel = await Channel.open(parent)
                 forget = lambda: self._forget(forked)  # noqa: E731
-                process = WorkerProcess(forked, connection, env, log, label, on_reaped=forget)
+                process = WorkerProcess(forked, channel, env, log, label, on_reaped=forget)
         finally:
             if process is None:  # failed or cancelled: nobody will use this worker
                 parent.close()

@@ -37,7 +37,7 @@ from jupyter_serve.server.pool.environment import (
 )
 from jupyter_serve.server.pool.logs import READ_LIMIT, WorkerLog, pump_lines
 from jupyter_serve.server.pool.stats import rss_bytes
-from jupyter_serve.wire.protocol import Frame
+from jupyter_serve.wire.protocol import Buffer, Frame
 
 __all__ = [
     "ProcessHandle",
@@ -109,7 +109,7 @@ class WorkerProcess:
     def __init__(
         self,
         process: ProcessHandle,
-        connection: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+        channel: Channel,
         env: Mapping[str, str],
         log: WorkerLog,
         label: str,
@@ -123,7 +123,7 @@ class WorkerProcess:
         self.on_exit: Callable[[WorkerProcess], None] | None = None
         self.tail: deque[str] = deque(maxlen=20)
         self._process = process
-        self._channel = Channel(*connection)
+        self._channel = channel
         self._log, self._label = log, label
         self._on_reaped = on_reaped
         self._tasks = [*self._pumps(process), asyncio.ensure_future(self._wait_exit())]
@@ -163,8 +163,12 @@ class WorkerProcess:
             raise
         finally:
             child.close()
-        connection = await asyncio.open_unix_connection(sock=parent)
-        return cls(process, connection, env, log, label)
+        try:
+            channel = await Channel.open(parent)
+        except BaseException:
+            parent.close()
+            raise
+        return cls(process, channel, env, log, label)
 
     @property
     def alive(self) -> bool:
@@ -199,13 +203,15 @@ class WorkerProcess:
 
     # ---- frames --------------------------------------------------------------
 
-    async def exchange(self, data: bytes, on_chunk: ChunkCallback | None = None) -> Frame:
-        """Send one encoded frame and read the answer (streamed chunks go to `on_chunk`).
+    async def exchange(
+        self, parts: Sequence[Buffer], on_chunk: ChunkCallback | None = None
+    ) -> Frame:
+        """Send one frame (`frame_parts`) and read the answer (streamed chunks go to `on_chunk`).
 
         Raises:
             Disconnected: the socket failed, closed or carried a malformed frame.
         """
-        return await self._channel.exchange(data, on_chunk)
+        return await self._channel.exchange(parts, on_chunk)
 
     async def exit_code(self) -> int | None:
         """The exit code once the process ended; kill it if it lingers without its socket."""

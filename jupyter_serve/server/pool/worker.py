@@ -41,7 +41,7 @@ from jupyter_serve.server.pool.process import WorkerProcess
 from jupyter_serve.server.pool.stats import torchserve_time
 from jupyter_serve.wire import protocol
 from jupyter_serve.wire.errors import ServeError
-from jupyter_serve.wire.protocol import Frame, InferenceRequest, InferenceResult, Kind
+from jupyter_serve.wire.protocol import Buffer, Frame, InferenceRequest, InferenceResult, Kind
 
 if TYPE_CHECKING:
     from jupyter_serve.server.models import ModelSpec
@@ -187,7 +187,7 @@ class SubprocessWorker:
 
     async def _load(self, env: dict[str, str | None]) -> None:
         timeout = self.spec.startup_timeout
-        request = protocol.encode(Frame(Kind.LOAD, self._load_header(env)))
+        request = protocol.frame_parts(Kind.LOAD, self._load_header(env), ())
         try:
             reply = await asyncio.wait_for(self._exchange(request), timeout)
         except asyncio.TimeoutError:
@@ -269,12 +269,12 @@ class SubprocessWorker:
         if self.state is not WorkerState.READY:
             raise WorkerDied(f"Worker {self.id} is {self.state.name}, not READY.")
         try:
-            data = protocol.encode_infer_bytes(list(batch), command)
+            parts = protocol.encode_infer_parts(list(batch), command)
         except protocol.ProtocolError as exc:  # over 4 GiB: the worker is fine
             raise ServeError(f"Batch too large to send: {exc}", status_code=413) from exc
         self.state = WorkerState.BUSY
         try:
-            frame = await self._predict_frame(data, on_chunk)
+            frame = await self._predict_frame(parts, on_chunk)
         finally:
             if self.state is WorkerState.BUSY:
                 self.state = WorkerState.READY
@@ -282,7 +282,9 @@ class SubprocessWorker:
             raise BatchFailed.from_header(frame.header)
         return self._reply(frame)
 
-    async def _predict_frame(self, request: bytes, on_chunk: ChunkCallback | None) -> Frame:
+    async def _predict_frame(
+        self, request: Sequence[Buffer], on_chunk: ChunkCallback | None
+    ) -> Frame:
         timeout = self.spec.response_timeout
         try:
             return await asyncio.wait_for(self._exchange(request, on_chunk), timeout)
@@ -307,9 +309,11 @@ class SubprocessWorker:
     def _death_status(self, code: int | None) -> int:
         return 507 if code in _OOM_EXIT_CODES and not self._killed else 500
 
-    async def _exchange(self, data: bytes, on_chunk: ChunkCallback | None = None) -> Frame:
+    async def _exchange(
+        self, parts: Sequence[Buffer], on_chunk: ChunkCallback | None = None
+    ) -> Frame:
         assert self._process is not None
-        return await self._process.exchange(data, on_chunk)
+        return await self._process.exchange(parts, on_chunk)
 
     async def _exit_code(self) -> int | None:
         assert self._process is not None
