@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from jupyter_serve.server.kernels import python_for_kernel, worker_pythonpath
+from jupyter_serve.server.kernels import python_for_kernel
 from jupyter_serve.wire.errors import BadRequest
 
 
@@ -97,15 +95,3 @@ def test_missing_interpreter_is_refused(jupyter_path: Path, tmp_path: Path) -> N
     add_kernel(jupyter_path, "offpath", ["python3.98", "-m", "x"], env={"PATH": str(tmp_path)})
     with pytest.raises(BadRequest, match="not on its PATH"):
         python_for_kernel("offpath")
-
-
-def test_worker_pythonpath_makes_the_package_importable(tmp_path: Path) -> None:
-    # -S skips site-packages (and with it the editable install): only PYTHONPATH can help.
-    command = [sys.executable, "-S", "-c", "import jupyter_serve; print(jupyter_serve.__file__)"]
-    bare = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    without = subprocess.run(command, cwd=tmp_path, env=bare, capture_output=True, text=True)
-    assert without.returncode != 0
-    with_path = {**bare, "PYTHONPATH": worker_pythonpath()}
-    found = subprocess.run(command, cwd=tmp_path, env=with_path, capture_output=True, text=True)
-    assert found.returncode == 0, found.stderr
-    assert Path(found.stdout.strip()).parent == Path(worker_pythonpath()) / "jupyter_serve"

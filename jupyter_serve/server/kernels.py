@@ -3,7 +3,7 @@
 `python_for_kernel("torch-env")` is the interpreter that kernelspec starts: `argv[0]`
 of its `kernel.json`, resolved the way jupyter_client resolves it when it launches
 the kernel. Such an interpreter usually lacks jupyter_serve, so the worker pool
-prepends `worker_pythonpath()` (the folder holding this package) to the worker's
+prepends `PACKAGE_ROOT` (jupyter_serve/_paths.py: the folder holding this package) to the worker's
 `PYTHONPATH`; the worker side is standard library only, plus what handlers need.
 """
 
@@ -23,11 +23,6 @@ if TYPE_CHECKING:
     from jupyter_client.kernelspec import KernelSpec
 
 _PYTHON_NAME = re.compile(r"(python|pypy)[0-9.]*(\.exe)?", re.IGNORECASE)
-
-
-def worker_pythonpath() -> str:
-    """The folder containing the `jupyter_serve` package, for a worker's `PYTHONPATH`."""
-    return str(Path(__file__).resolve().parents[2])  # jupyter_serve/server/kernels.py
 
 
 def python_for_kernel(name: str) -> str:

@@ -24,13 +24,13 @@ import importlib
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from pathlib import Path
+
+from jupyter_serve._paths import PACKAGE_ROOT
 
 __all__ = ["WARM_MODULES", "apply_settings", "imported_packages", "set_torch_threads", "warm_up"]
 
 # torch, the default handlers' base and the worker's own loop (`__main__.run`).
 WARM_MODULES = ("torch", "jupyter_serve.handlers.base", "jupyter_serve.worker.__main__")
-_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding jupyter_serve
 
 
 def warm_up() -> list[str]:
@@ -62,7 +62,7 @@ def apply_settings(
 
 def _extend_path(entries: Sequence[str]) -> None:
     new = [entry for entry in dict.fromkeys(entries) if entry not in sys.path]
-    at = sys.path.index(_PACKAGE_ROOT) + 1 if _PACKAGE_ROOT in sys.path else 0
+    at = sys.path.index(PACKAGE_ROOT) + 1 if PACKAGE_ROOT in sys.path else 0
     sys.path[at:at] = new
 
 

@@ -25,6 +25,8 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from fnmatch import fnmatchcase
 
+from jupyter_serve._paths import PACKAGE_ROOT
+
 __all__ = [
     "WITHHELD_ENV",
     "env_changes",
@@ -58,9 +60,7 @@ def worker_command(python: str) -> list[str]:
 
 def start_dir() -> str:
     """The working directory workers and the factory start in (the module docstring says why)."""
-    from jupyter_serve.server.kernels import worker_pythonpath
-
-    folder = worker_pythonpath()
+    folder = PACKAGE_ROOT
     return folder if os.path.isdir(folder) else os.path.abspath(os.sep)
 
 
@@ -86,11 +86,9 @@ def worker_environment(
     `torch_threads` unless the user set them; `extra` (devices.worker_env) goes over
     everything.
     """
-    from jupyter_serve.server.kernels import worker_pythonpath
-
     env = {name: value for name, value in os.environ.items() if not withheld(name, withhold)}
     server = _outside_cwd(env.get("PYTHONPATH", "").split(os.pathsep))
-    paths = [worker_pythonpath(), *map(os.path.abspath, python_path), *server]
+    paths = [PACKAGE_ROOT, *map(os.path.abspath, python_path), *server]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     env["PYTHONUNBUFFERED"] = "1"  # handler prints reach the log line by line
     if torch_threads:  # OpenMP/MKL pools sized before torch starts (a user's own wins)
