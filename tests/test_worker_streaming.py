@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from worker_harness import WorkerProcess, request, write_model
 
-from jupyter_serve.wire.protocol import Kind, decode_results
+from jupyter_serve.wire.protocol import InferenceRequest, Kind, decode_results
 from jupyter_serve.worker.context import Context
 from jupyter_serve.worker.streaming import (
     StreamingUnavailable,
@@ -38,11 +38,8 @@ def handle(data, context):
     if mode == "keep":
         LATE.append(context)
         return ["kept"]
-    if LATE:  # a context kept from an earlier batch: streaming through it must fail
-        try:
-            send_intermediate_predict_response(["stale"], {0: "old"}, "ok", 200, LATE.pop())
-        except RuntimeError as exc:
-            LATE.append(type(exc).__name__)
+    if LATE:  # a context kept from an earlier batch: the model's one context (TorchServe's)
+        LATE.append(LATE.pop() is context)
     for idx in range(len(data)):
         context.set_response_content_type(idx, "text/plain")
     for _ in range(3):
@@ -111,12 +108,12 @@ def test_a_non_200_code_travels_with_the_chunk(worker: WorkerProcess) -> None:
     assert reply.kind is Kind.RESULT
 
 
-def test_a_context_kept_past_its_batch_cannot_stream(worker: WorkerProcess) -> None:
+def test_every_batch_gets_the_model_s_one_context_as_in_torchserve(worker: WorkerProcess) -> None:
     worker.streamed(request("t", headers={"x-mode": "keep"}))
     chunks, _ = worker.streamed(request("s"))
-    assert {r.request_id for c in chunks for r in c.results} == {"s"}  # nothing for "old"
+    assert {r.request_id for c in chunks for r in c.results} == {"s"}
     _, reply = worker.streamed(request("l", headers={"x-mode": "late"}))
-    assert decode_results(reply)[0].body == b"['StreamingUnavailable']"
+    assert decode_results(reply)[0].body == b"[True]"
 
 
 def test_streaming_needs_a_context_serving_a_batch(tmp_path: Path) -> None:
@@ -125,3 +122,67 @@ def test_streaming_needs_a_context_serving_a_batch(tmp_path: Path) -> None:
         send_intermediate_predict_response(["x"], context.request_ids, "ok", 200, context)
     with pytest.raises(StreamingUnavailable):
         send_intermediate_predict_response(["x"], {0: "r"}, "ok", 200)
+
+
+STEPPER = """
+def handle(data, context):
+    if data is None:
+        context.cache = {}  # TorchServe's stateful handlers keep their state on the context
+        return None
+    outputs, criteria = [], []
+    for idx, row in enumerate(data):
+        request_id = context.get_request_id(idx)
+        if row:  # a new request: its body is the number of steps it takes (0: a plain answer)
+            context.cache[request_id] = int(row["body"])
+        else:  # continuing (sent again without its body): one step done
+            context.cache[request_id] -= 1
+        tag = context.get_request_header(idx, "x-tag")
+        outputs.append(f"{request_id}:{context.cache[request_id]}:{tag}")
+        criteria.append(stopping(context.cache, request_id))
+    context.stopping_criteria = criteria
+    return outputs
+
+
+def stopping(cache, request_id):
+    def stop(item):
+        left = cache[request_id]
+        if left == 0:
+            return None
+        return left == 1
+    return stop
+"""
+
+
+@pytest.fixture(scope="module")
+def stepper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
+    folder = write_model(tmp_path_factory.mktemp("steps") / "stepper", {"s.py": STEPPER})
+    with WorkerProcess() as process:
+        assert process.load(folder, "s").kind is Kind.RESULT
+        yield process
+
+
+def continuing(request_id: str, tag: str) -> InferenceRequest:
+    """A request continuous batching sends again: its id and headers, no body."""
+    return InferenceRequest(request_id, {"x-tag": tag})
+
+
+def test_stopping_criteria_set_ts_stream_next_and_the_context_keeps_state(
+    stepper: WorkerProcess,
+) -> None:
+    """TorchServe's continuous-batching contract in the worker: per request, True from
+    its criterion ends the answer ("false"), False continues it ("true"), None is a plain
+    answer (no header); a continuing request comes back as an empty row with its headers."""
+    a = request("a", b"2", headers={"x-tag": "A"})
+    b = request("b", b"0", headers={"x-tag": "B"})
+    _, reply = stepper.streamed(a, b)
+    first = decode_results(reply)
+    assert [(r.body, r.headers) for r in first] == [
+        (b"a:2:A", {"ts_stream_next": "true"}),
+        (b"b:0:B", {}),
+    ]
+    _, reply = stepper.streamed(continuing("a", "A"), request("c", b"1", headers={"x-tag": "C"}))
+    second = decode_results(reply)
+    assert [(r.body, r.headers) for r in second] == [
+        (b"a:1:A", {"ts_stream_next": "false"}),
+        (b"c:1:C", {"ts_stream_next": "false"}),
+    ]

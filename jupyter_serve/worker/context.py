@@ -1,8 +1,10 @@
 """TorchServe's `Context`: what a handler learns about its model and the batch it serves.
 
-The worker builds a fresh `Context` for every batch (and one with no requests for
-`initialize`). Its constructor keeps `ts.context.Context`'s positional signature,
-so handler unit tests written against TorchServe build it the same way::
+The worker builds one `Context` per model, as TorchServe does: `initialize` gets it and
+every batch is attached to it (`with_requests`), so what a handler keeps on it
+(`context.cache`, `stopping_criteria`) lasts from call to call. Its constructor keeps
+`ts.context.Context`'s positional signature, so handler unit tests written against
+TorchServe build it the same way::
 
     Context(model_name, model_dir, manifest, batch_size, gpu, mms_version,
             limit_max_image_pixels=True, metrics=None, model_yaml_config=None)
@@ -18,6 +20,7 @@ None outside a batch and when the context was built by hand.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -28,6 +31,11 @@ SERVER_NAME = "MMS"  # TorchServe still reports the Multi Model Server name.
 SEQUENCE_ID_HEADER = "ts_request_sequence_id"
 SEQUENCE_START_HEADER = "ts_request_sequence_start"
 SEQUENCE_END_HEADER = "ts_request_sequence_end"
+SEQUENCE_HEADER_ENV = {  # TorchServe's backend reads its sequence header names from these
+    "header_key_sequence_id": ("TS_REQUEST_SEQUENCE_ID", SEQUENCE_ID_HEADER),
+    "header_key_sequence_start": ("TS_REQUEST_SEQUENCE_START", SEQUENCE_START_HEADER),
+    "header_key_sequence_end": ("TS_REQUEST_SEQUENCE_END", SEQUENCE_END_HEADER),
+}
 CONTENT_TYPE = "content-type"
 
 
@@ -88,6 +96,10 @@ class RequestProcessor:
 class Context:
     """The handler's view of its model and of the current batch."""
 
+    header_key_sequence_id: str  # the sequence headers' names (SEQUENCE_HEADER_ENV)
+    header_key_sequence_start: str
+    header_key_sequence_end: str
+
     def __init__(
         self,
         model_name: str,
@@ -117,9 +129,8 @@ class Context:
         self.stopping_criteria: Any = None
         self.cl_socket: Any = None
         self.chunk_sink: Callable[[StreamChunk], None] | None = None
-        self.header_key_sequence_id = SEQUENCE_ID_HEADER
-        self.header_key_sequence_start = SEQUENCE_START_HEADER
-        self.header_key_sequence_end = SEQUENCE_END_HEADER
+        for attribute, (variable, default) in SEQUENCE_HEADER_ENV.items():
+            setattr(self, attribute, os.environ.get(variable, default))
 
     def with_requests(
         self, request_ids: Sequence[str], headers: Sequence[Mapping[str, Any]]

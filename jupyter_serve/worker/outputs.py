@@ -6,7 +6,9 @@ TorchServe encodes it: `bytes`/`bytearray` as they are, `str` as UTF-8, a
 anything else with ``json.dumps(item, indent=2)``.
 
 A result's status, reason phrase, content type and headers are the ones the handler
-set through the context for that request; the content type stays None when the
+set through the context for that request, with TorchServe's `ts_stream_next` (whether
+the request's answer goes on in a later call: continuous batching) worked out from the
+handler's `context.stopping_criteria` (`mark_stream_next`); the content type stays None when the
 handler set none (the route picks the default). Broken output raises
 `InvalidOutput` carrying TorchServe's message, and the batch fails with 503.
 """
@@ -22,6 +24,7 @@ from jupyter_serve.wire.protocol import InferenceResult
 from jupyter_serve.worker.context import Context
 from jupyter_serve.worker.numbers_json import numbers_json
 
+STREAM_NEXT = "ts_stream_next"  # "true": more of this answer follows; "false": the last of it
 NOT_A_LIST = "Invalid model predict output"
 WRONG_LENGTH = "number of batch response mismatched"
 UNSUPPORTED = "Unsupported model output data type."
@@ -45,7 +48,25 @@ def build_results(outputs: Any, context: Context) -> list[InferenceResult]:
     if len(outputs) != expected:
         detail = f"handle() returned {len(outputs)} items for a batch of {expected} requests"
         raise InvalidOutput(WRONG_LENGTH, detail)
-    return [result_for(idx, item, context) for idx, item in enumerate(outputs)]
+    results = []
+    for idx, item in enumerate(outputs):
+        mark_stream_next(context, idx, item)
+        results.append(result_for(idx, item, context))
+    return results
+
+
+def mark_stream_next(context: Context, idx: int, item: Any) -> None:
+    """Set request `idx`'s `ts_stream_next` for its final item, as TorchServe's backend does:
+    from the handler's `context.stopping_criteria[idx](item)` when it has them (True: the
+    answer ends here, "false"; False: it goes on, "true"; None: a plain answer, no header),
+    else "false" when intermediate results of this call said "true"."""
+    criteria = context.stopping_criteria
+    if criteria:
+        stop = criteria[idx](item)
+        if stop is not None:
+            context.set_response_header(idx, STREAM_NEXT, "false" if stop else "true")
+    elif context.get_response_headers(idx).get(STREAM_NEXT) == "true":
+        context.set_response_header(idx, STREAM_NEXT, "false")
 
 
 def result_for(

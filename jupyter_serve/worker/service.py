@@ -130,9 +130,17 @@ class LoadedModel:
     manifest: dict[str, Any]
     metrics: MetricsCache
     handle: HandleFunction | None = None
+    _context: Context | None = None
 
     def context(self) -> Context:
-        """A fresh context for this model, with no requests attached yet."""
+        """The model's one context, as TorchServe's worker has one for the handler's life:
+        `initialize` gets it, and every batch is attached to it, so what a handler keeps on
+        it (`context.cache`, `stopping_criteria`) lasts from call to call."""
+        if self._context is None:
+            self._context = self._new_context()
+        return self._context
+
+    def _new_context(self) -> Context:
         spec = self.spec
         return Context(
             spec.model_name,

@@ -25,9 +25,7 @@ from typing import Any
 
 from jupyter_serve.wire.protocol import InferenceResult, StreamChunk
 from jupyter_serve.worker.context import Context
-from jupyter_serve.worker.outputs import WRONG_LENGTH, InvalidOutput, result_for
-
-STREAM_NEXT = "ts_stream_next"
+from jupyter_serve.worker.outputs import STREAM_NEXT, WRONG_LENGTH, InvalidOutput, result_for
 
 
 class StreamingUnavailable(RuntimeError):
