@@ -26,6 +26,12 @@ startupTimeout: 0
 jobQueueSize: 7
 maxRetryTimeoutInSec: 60
 clientTimeoutInMills: 2500
+continuousBatching: true
+sequenceBatching: true
+sequenceMaxIdleMSec: 30000
+sequenceTimeoutMSec: 60000
+maxSequenceJobQueueSize: 10
+maxNumSequence: 2
 deviceType: GPU
 deviceIds: [1, 0]
 parallelType: pp
@@ -66,6 +72,12 @@ def test_every_key_maps_to_its_spec_field(tmp_path: Path) -> None:
         "job_queue_size": 7,
         "max_retry_timeout": 60.0,
         "client_timeout_ms": 2500,
+        "continuous_batching": True,
+        "sequence_batching": True,
+        "sequence_max_idle_ms": 30000,
+        "sequence_timeout_ms": 60000,
+        "max_sequence_job_queue_size": 10,
+        "max_num_sequence": 2,
         "device_type": "gpu",
         "device_ids": (1, 0),
         "batch_policy": "strict",
@@ -130,6 +142,11 @@ def test_config_file_named_but_missing_or_outside(tmp_path: Path) -> None:
         ("responseTimeout: 0\n", r"responseTimeout must be a number > 0"),
         ("deviceType: neuron\n", r"deviceType must be cpu or gpu, got 'neuron'. jupyter_serve"),
         ("deviceIds: 1\n", r"deviceIds must be a list of GPU ids"),
+        ("continuousBatching: 'true'\n", r"continuousBatching must be true or false, got 'true'"),
+        ("sequenceBatching: 1\n", r"sequenceBatching must be true or false, got 1"),
+        ("sequenceMaxIdleMSec: -1\n", r"sequenceMaxIdleMSec must be an integer >= 0"),
+        ("maxNumSequence: 0\n", r"maxNumSequence must be an integer >= 1"),
+        ("maxSequenceJobQueueSize: 2.5\n", r"maxSequenceJobQueueSize must be an integer >= 1"),
         ("deviceIds: [0, x]\n", r"deviceIds must be an integer >= 0, got 'x'"),
         ("jupyter_serve: strict\n", r"jupyter_serve must be a mapping"),
         ("jupyter_serve:\n  batchPolicy: lazy\n", r"jupyter_serve: batchPolicy must be eager or"),

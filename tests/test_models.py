@@ -112,6 +112,9 @@ def test_startup_timeout_zero_is_allowed_for_the_pool_to_fail() -> None:
         ({"device_ids": (0, -1)}, "device_ids must be GPU ids >= 0"),
         ({"batch_policy": "lazy"}, "batch_policy must be eager or strict"),
         ({"runtime": "python4"}, "Invalid RuntimeType value: python4"),
+        ({"sequence_batching": True}, "sequenceBatching needs sequenceMaxIdleMSec > 0"),
+        ({"sequence_timeout_ms": -5}, "sequence_timeout_ms must be an integer >= 0"),
+        ({"max_num_sequence": 0}, "max_num_sequence must be an integer >= 1"),
     ],
 )
 def test_invalid_specs_are_bad_requests(changes: dict[str, Any], message: str) -> None:

@@ -172,6 +172,17 @@ class Batcher:
             return None
         return self._take() or None
 
+    def take_now(self, limit: int) -> list[Pending]:
+        """Up to `limit` live prediction requests queued right now, never waiting: those that
+        join a running continuous batch (server/pool/continuous.py). A describe job is left
+        for a worker with no batch running, as TorchServe takes them."""
+        if self._closed is not None or limit <= 0 or not self._prune():
+            return []
+        taken: list[Pending] = []
+        while self._queue and len(taken) < limit and self._queue[0].command == "predict":
+            taken.append(self._queue.popleft())
+        return taken
+
     def requeue(self, batch: Iterable[Pending]) -> None:
         """Put a batch taken but not sent back at the head of the queue, in order."""
         items = [item for item in batch if item.alive]

@@ -16,6 +16,12 @@ Keys read by the server, TorchServe 0.12's, with the ModelSpec field::
     startupTimeout             startup_timeout            seconds >= 0
     maxRetryTimeoutInSec       max_retry_timeout          seconds >= 0
     clientTimeoutInMills       client_timeout_ms          integer ms >= 0 (0 = none)
+    continuousBatching         continuous_batching        true | false
+    sequenceBatching           sequence_batching          true | false
+    sequenceMaxIdleMSec        sequence_max_idle_ms       integer ms >= 0
+    sequenceTimeoutMSec        sequence_timeout_ms        integer ms >= 0 (0 = none)
+    maxSequenceJobQueueSize    max_sequence_job_queue_size integer >= 1
+    maxNumSequence             max_num_sequence           integer >= 1
     deviceType                 device_type                cpu | gpu (neuron is refused)
     deviceIds                  device_ids                 list of GPU ids
 
@@ -199,6 +205,12 @@ def _choice(*choices: str, refused: str = "") -> Converter:
     return convert
 
 
+def _boolean(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise BadRequest(f"{where} must be true or false, got {value!r}.")
+    return value
+
+
 def _device_ids(value: Any, where: str) -> tuple[int, ...]:
     check = _integer(0)
     if not isinstance(value, list):
@@ -222,6 +234,12 @@ _FRONTEND_KEYS: dict[str, tuple[str, Converter]] = {
     "jobQueueSize": ("job_queue_size", _integer(1)),
     "maxRetryTimeoutInSec": ("max_retry_timeout", _number(positive=False)),
     "clientTimeoutInMills": ("client_timeout_ms", _integer(0)),
+    "continuousBatching": ("continuous_batching", _boolean),
+    "sequenceBatching": ("sequence_batching", _boolean),
+    "sequenceMaxIdleMSec": ("sequence_max_idle_ms", _integer(0)),
+    "sequenceTimeoutMSec": ("sequence_timeout_ms", _integer(0)),
+    "maxSequenceJobQueueSize": ("max_sequence_job_queue_size", _integer(1)),
+    "maxNumSequence": ("max_num_sequence", _integer(1)),
     "deviceType": (
         "device_type",
         _choice("cpu", "gpu", refused=" jupyter_serve runs models on CPUs and NVIDIA GPUs only."),

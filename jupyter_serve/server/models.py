@@ -93,6 +93,12 @@ class ModelSpec:
     runtime: str = "python"
     max_retry_timeout: float = 300.0  # maxRetryTimeoutInSec
     client_timeout_ms: int = 0  # clientTimeoutInMills; 0 = none
+    continuous_batching: bool = False  # continuousBatching (server/pool/continuous.py)
+    sequence_batching: bool = False  # sequenceBatching: TorchServe's stateful sequences
+    sequence_max_idle_ms: int = 0  # sequenceMaxIdleMSec: a sequence idle this long ends
+    sequence_timeout_ms: int = 0  # sequenceTimeoutMSec: a sequence's lifetime; 0 = none
+    max_sequence_job_queue_size: int = 1  # maxSequenceJobQueueSize: queued per sequence
+    max_num_sequence: int = 1  # maxNumSequence: sequences open at once
     model_metrics: tuple[dict[str, Any], ...] = ()  # metrics_config's, for the workers
 
     def __post_init__(self) -> None:
@@ -195,6 +201,21 @@ def _check_batching(spec: ModelSpec) -> None:
     _require(
         _is_int(spec.client_timeout_ms, 0),
         f"client_timeout_ms must be an integer >= 0, got {spec.client_timeout_ms!r}.",
+    )
+    _check_sequences(spec)
+
+
+def _check_sequences(spec: ModelSpec) -> None:
+    for name in ("sequence_max_idle_ms", "sequence_timeout_ms"):
+        value = getattr(spec, name)
+        _require(_is_int(value, 0), f"{name} must be an integer >= 0, got {value!r}.")
+    for name in ("max_sequence_job_queue_size", "max_num_sequence"):
+        value = getattr(spec, name)
+        _require(_is_int(value, 1), f"{name} must be an integer >= 1, got {value!r}.")
+    _require(
+        not spec.sequence_batching or spec.sequence_max_idle_ms > 0,
+        "sequenceBatching needs sequenceMaxIdleMSec > 0: it is how long a sequence may wait "
+        "for its next request (TorchServe fails every request of such a model).",
     )
 
 

@@ -17,7 +17,7 @@ from jupyter_serve.server.pool.worker import WorkerReply
 from jupyter_serve.wire.errors import ServeError
 from jupyter_serve.wire.protocol import InferenceResult, StreamChunk
 
-__all__ = ["deliver", "fail", "stream"]
+__all__ = ["deliver", "fail", "stream", "with_queue_ms"]
 
 
 def deliver(batch: list[Pending], reply: WorkerReply, dispatched: float) -> None:
@@ -30,12 +30,12 @@ def deliver(batch: list[Pending], reply: WorkerReply, dispatched: float) -> None
     for item, result in zip(batch, results, strict=False):
         if item.alive and result is not None:
             queued = (dispatched - item.arrival) * 1000
-            item.future.set_result(_with_queue_ms(result, queued))
+            item.future.set_result(with_queue_ms(result, queued))
     missing = ServeError("number of batch response mismatched", status_code=503)
     fail(batch, missing)
 
 
-def _with_queue_ms(result: InferenceResult, queued: float) -> InferenceResult:
+def with_queue_ms(result: InferenceResult, queued: float) -> InferenceResult:
     """`result` with its queue time (what `dataclasses.replace` does, without its
     per-call field introspection: this runs once per request)."""
     return InferenceResult(result.request_id, result.status, result.body, result.content_type,

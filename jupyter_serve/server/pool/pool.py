@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from jupyter_serve.server import devices
 from jupyter_serve.server.batching import Batcher, BatcherClosed, Pending, fail, no_worker_message
+from jupyter_serve.server.pool.continuous import ContinuousBatch
 from jupyter_serve.server.pool.delivery import deliver, stream
 from jupyter_serve.server.pool.errors import WorkerLoadError
 from jupyter_serve.server.pool.logs import LOGGER, WorkerLog
@@ -323,6 +324,9 @@ class WorkerPool:
 
     async def _serve(self, slot: Slot, worker: SubprocessWorker) -> None:
         """The dispatch loop: pull a batch, run it on `worker`, until it dies or retires."""
+        if self.spec.continuous_batching:
+            await self._serve_continuously(slot, worker)
+            return
         while worker.state is WorkerState.READY and not slot.retiring:
             try:
                 batch = self.batcher.take_ready() or await self._next_batch(slot, worker)
@@ -331,6 +335,14 @@ class WorkerPool:
                 return
             if batch is not None:
                 await self._run_batch(worker, batch)
+
+    async def _serve_continuously(self, slot: Slot, worker: SubprocessWorker) -> None:
+        """Continuous batching (continuous.py): step `worker`'s running batch."""
+        batch = ContinuousBatch(worker, self.batcher, self.spec.batch_size, self._record)
+        try:
+            await batch.serve(lambda: self._next_batch(slot, worker), lambda: not slot.retiring)
+        except BatcherClosed:
+            slot.retiring = True  # the model is going away: wind down
 
     async def _next_batch(self, slot: Slot, worker: SubprocessWorker) -> list[Pending] | None:
         """The next batch, or None when interrupted (the worker died, the slot retired)."""

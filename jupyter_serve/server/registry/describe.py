@@ -2,8 +2,9 @@
 
 Key names and units follow TorchServe 0.12's describe answer: `maxBatchDelay` in milliseconds,
 `responseTimeout`/`startupTimeout`/`maxRetryTimeoutInSec` in whole seconds.
-Features jupyter_serve does not have (model parallelism, continuous batching,
-job tickets, venvs, stateful sequences) show TorchServe's off values.
+Features jupyter_serve does not have (model parallelism, job tickets, venvs) show
+TorchServe's off values. Sequence batching shows as TorchServe's `stateful`, and its four
+figures are 0 unless `sequenceMaxIdleMSec` is set, as TorchServe's describe has them.
 """
 
 from __future__ import annotations
@@ -12,23 +13,19 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from jupyter_serve.server.models import ModelSpec
     from jupyter_serve.server.registry.registry import Model
 
 __all__ = ["MAX_PAGE", "describe_model", "model_page", "model_status"]
 
 MAX_PAGE = 100
-_OFF_FEATURES: dict[str, Any] = {
-    "parallelType": "",
-    "parallelLevel": 0,
-    "continuousBatching": False,
-    "useJobTicket": False,
-    "useVenv": False,
-    "stateful": False,
-    "sequenceMaxIdleMSec": 0,
-    "sequenceTimeoutMSec": 0,
-    "maxNumSequence": 0,
-    "maxSequenceJobQueueSize": 0,
-}
+SEQUENCE_FIGURES = (
+    "sequenceMaxIdleMSec",
+    "sequenceTimeoutMSec",
+    "maxNumSequence",
+    "maxSequenceJobQueueSize",
+)
+_PARALLEL_OFF: dict[str, Any] = {"parallelType": "", "parallelLevel": 0}
 
 
 def model_status(model: Model) -> str:
@@ -62,13 +59,31 @@ def describe_model(model: Model) -> dict[str, Any]:
         "clientTimeoutInMills": spec.client_timeout_ms,
         "deviceType": spec.device_type.value,
         **({"deviceIds": list(spec.device_ids)} if spec.device_ids else {}),
-        **_OFF_FEATURES,
+        **_PARALLEL_OFF,
+        "continuousBatching": spec.continuous_batching,
+        "useJobTicket": False,
+        "useVenv": False,
+        "stateful": spec.sequence_batching,
+        **_sequence_figures(spec),
         "loadedAtStartup": model.loaded_at_startup,
         "workers": model.pool.workers,
         "jobQueueStatus": {
             "remainingCapacity": model.batcher.remaining_capacity,
             "pendingRequests": model.batcher.pending_count,
         },
+    }
+
+
+def _sequence_figures(spec: ModelSpec) -> dict[str, int]:
+    """TorchServe's sequence settings, all 0 unless `sequenceMaxIdleMSec` is set (there,
+    the model only takes them then)."""
+    if spec.sequence_max_idle_ms <= 0:
+        return dict.fromkeys(SEQUENCE_FIGURES, 0)
+    return {
+        "sequenceMaxIdleMSec": spec.sequence_max_idle_ms,
+        "sequenceTimeoutMSec": spec.sequence_timeout_ms,
+        "maxNumSequence": spec.max_num_sequence,
+        "maxSequenceJobQueueSize": spec.max_sequence_job_queue_size,
     }
 
 

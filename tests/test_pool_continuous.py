@@ -1,0 +1,212 @@
+"""Continuous batching (server/pool/continuous.py) with a real worker and a stepping handler.
+
+The handler takes, per new request, a number of steps; each call is one step for every
+request in the batch, answered with `"{id} {steps left} {ids in this call}"`, and its
+`stopping_criteria` keep a request in the batch until its steps are done. Events are
+recorded in the order the server sees them (a streamed chunk, a final answer), so the
+tests read who joined which step without any clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jupyter_serve.server.batching import Batcher
+from jupyter_serve.server.models import ModelSpec
+from jupyter_serve.server.pool import WorkerPool
+from jupyter_serve.wire.errors import ServeError
+from jupyter_serve.wire.protocol import InferenceRequest, InferenceResult, Parameter
+
+HANG_GUARD = 60.0
+
+STEPS = """
+def handle(data, context):
+    if data is None:
+        context.cache = {}
+        return None
+    ids = ",".join(sorted(context.request_ids.values()))
+    outputs, criteria = [], []
+    for idx, row in enumerate(data):
+        request_id = context.get_request_id(idx)
+        if row:
+            text = bytes(row["body"]).decode()
+            if text == "boom":
+                raise RuntimeError("boom")
+            context.cache[request_id] = int(text)
+        elif request_id not in context.cache:
+            raise RuntimeError(f"continuing {request_id} was never started")
+        context.cache[request_id] -= 1
+        outputs.append(f"{request_id} {context.cache[request_id]} {ids}")
+        criteria.append(stopping(context.cache, request_id))
+    context.stopping_criteria = criteria
+    return outputs
+
+
+def stopping(cache, request_id):
+    def stop(item):
+        return cache[request_id] <= 0
+    return stop
+"""
+
+
+def continuous_spec(folder: Path, batch_size: int = 4) -> ModelSpec:
+    folder.mkdir()
+    (folder / "handler.py").write_text(STEPS)
+    manifest = {"runtime": "python", "model": {"modelName": "steps", "handler": "handler.py"}}
+    (folder / "MAR-INF").mkdir()
+    (folder / "MAR-INF" / "MANIFEST.json").write_text(json.dumps(manifest))
+    return ModelSpec(
+        model_name="steps", version="1.0", model_dir=str(folder), handler="handler:handle",
+        manifest=manifest, batch_size=batch_size, max_batch_delay=0.0, response_timeout=30.0,
+        continuous_batching=True,
+    )  # fmt: skip
+
+
+class Recorder:
+    """Submits requests to a pool and records, in order, each chunk and final answer."""
+
+    def __init__(self, pool: WorkerPool) -> None:
+        self.pool = pool
+        self.events: list[tuple[str, str, str]] = []  # (kind, request id, body)
+        self.futures: dict[str, asyncio.Future[InferenceResult]] = {}
+        self.on_first_chunk: dict[str, Any] = {}
+
+    def submit(self, request_id: str, steps: str) -> asyncio.Future[InferenceResult]:
+        request = InferenceRequest(request_id, {}, (Parameter("body", "", steps.encode()),))
+        deadline = asyncio.get_running_loop().time() + HANG_GUARD
+        future = self.pool.batcher.submit(
+            request, deadline, on_chunk=lambda result: self._chunk(request_id, result)
+        )
+        future.add_done_callback(lambda done: self._done(request_id, done))
+        self.futures[request_id] = future
+        return future
+
+    def _chunk(self, request_id: str, result: InferenceResult) -> None:
+        self.events.append(("chunk", request_id, result.body.decode()))
+        hook = self.on_first_chunk.pop(request_id, None)
+        if hook is not None:
+            hook()
+
+    def _done(self, request_id: str, future: asyncio.Future[InferenceResult]) -> None:
+        if future.cancelled():
+            self.events.append(("cancelled", request_id, ""))
+        elif future.exception() is not None:
+            self.events.append(("error", request_id, str(future.exception())))
+        else:
+            self.events.append(("done", request_id, future.result().body.decode()))
+
+    def first(self, kind: str, request_id: str) -> int:
+        return next(i for i, e in enumerate(self.events) if e[:2] == (kind, request_id))
+
+    def bodies(self, request_id: str) -> list[str]:
+        return [body for _, rid, body in self.events if rid == request_id]
+
+
+async def serving(spec: ModelSpec) -> WorkerPool:
+    pool = WorkerPool(spec, Batcher.for_spec(spec), gpu_count=lambda: 0, backoff=(60,))
+    assert (await pool.scale(1)).ok
+    return pool
+
+
+def run(scenario: Any) -> Any:
+    return asyncio.run(asyncio.wait_for(scenario, HANG_GUARD))
+
+
+def test_a_waiting_request_joins_the_running_batch_when_a_place_frees(tmp_path: Path) -> None:
+    """A batch of 4: r1 ends after one step; r5, queued while the first step runs, takes
+    its place at the second step and is answered long before the others end."""
+
+    async def scenario() -> Recorder:
+        pool = await serving(continuous_spec(tmp_path / "steps"))
+        try:
+            recorder = Recorder(pool)
+            recorder.on_first_chunk["r2"] = lambda: recorder.submit("r5", "2")
+            futures = [recorder.submit("r1", "1")]
+            futures += [recorder.submit(f"r{i}", "6") for i in (2, 3, 4)]
+            await asyncio.gather(*futures)
+            await recorder.futures["r5"]  # submitted at r2's first chunk
+        finally:
+            await pool.stop()
+        return recorder
+
+    recorder = run(scenario())
+    assert recorder.bodies("r1") == ["r1 0 r1,r2,r3,r4"]  # a plain answer: one step
+    assert recorder.bodies("r5") == ["r5 1 r2,r3,r4,r5", "r5 0 r2,r3,r4,r5"]
+    assert recorder.first("done", "r5") < recorder.first("done", "r2")
+    steps = ["r1,r2,r3,r4"] + ["r2,r3,r4,r5"] * 2 + ["r2,r3,r4"] * 3
+    assert recorder.bodies("r2") == [f"r2 {5 - i} {ids}" for i, ids in enumerate(steps)]
+    assert [kind for kind, rid, _ in recorder.events if rid == "r2"] == ["chunk"] * 5 + ["done"]
+
+
+def test_a_departed_client_leaves_the_batch_at_the_next_step(tmp_path: Path) -> None:
+    """r2's client leaves after its first chunk: the next step runs without r2 (the
+    handler stops seeing its id), and r3 goes on to its end."""
+
+    async def scenario() -> Recorder:
+        pool = await serving(continuous_spec(tmp_path / "steps"))
+        try:
+            recorder = Recorder(pool)
+            recorder.on_first_chunk["r2"] = lambda: recorder.futures["r2"].cancel()
+            r2, r3 = recorder.submit("r2", "5"), recorder.submit("r3", "3")
+            await asyncio.wait([r2, r3])
+        finally:
+            await pool.stop()
+        return recorder
+
+    recorder = run(scenario())
+    assert recorder.bodies("r3") == ["r3 2 r2,r3", "r3 1 r3", "r3 0 r3"]
+    assert recorder.bodies("r2") == ["r2 4 r2,r3", ""]  # its chunk, then it left
+
+
+def test_a_failing_step_fails_every_running_request_and_the_worker_serves_on(
+    tmp_path: Path,
+) -> None:
+    """A request that makes the handler raise fails the whole step: the requests running
+    with it get TorchServe's 503, mid-stream or not; the next request is served."""
+
+    async def scenario() -> tuple[Recorder, InferenceResult]:
+        pool = await serving(continuous_spec(tmp_path / "steps"))
+        try:
+            recorder = Recorder(pool)
+            recorder.on_first_chunk["r1"] = lambda: recorder.submit("bad", "boom")
+            await asyncio.wait([recorder.submit("r1", "5"), recorder.submit("r2", "9")])
+            await asyncio.wait([recorder.futures["bad"]])
+            after = await recorder.submit("after", "1")
+        finally:
+            await pool.stop()
+        return recorder, after
+
+    recorder, after = run(scenario())
+    for request_id in ("r1", "r2", "bad"):
+        error = recorder.futures[request_id].exception()
+        assert isinstance(error, ServeError)
+        assert error.status_code == 503
+    assert recorder.bodies("r1")[0] == "r1 4 r1,r2"
+    assert after.body == b"after 0 after"
+
+
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_every_request_gets_all_its_steps_under_load(tmp_path: Path, batch_size: int) -> None:
+    """Twelve requests of different lengths through a batch of `batch_size`: each gets
+    every step, in order, and the batch never holds more than `batch_size`."""
+
+    async def scenario() -> Recorder:
+        pool = await serving(continuous_spec(tmp_path / "steps", batch_size))
+        try:
+            recorder = Recorder(pool)
+            await asyncio.gather(*(recorder.submit(f"q{i:02}", str(1 + i % 4)) for i in range(12)))
+        finally:
+            await pool.stop()
+        return recorder
+
+    recorder = run(scenario())
+    for i in range(12):
+        steps = 1 + i % 4
+        bodies = recorder.bodies(f"q{i:02}")
+        assert [int(body.split()[1]) for body in bodies] == list(range(steps - 1, -1, -1))
+        assert all(len(body.split()[2].split(",")) <= batch_size for body in bodies)
