@@ -67,6 +67,7 @@ class Pending:
     arrival: float
     command: str = "predict"
     on_chunk: ChunkSink | None = None
+    sequence: str = ""  # the sequence it belongs to (server/sequences.py), if any
 
     @property
     def alive(self) -> bool:
@@ -126,10 +127,12 @@ class Batcher:
         *,
         command: str = "predict",
         on_chunk: ChunkSink | None = None,
+        version: str | None = None,
     ) -> asyncio.Future[InferenceResult]:
         """Queue `request` until `deadline` (loop time, seconds); await the future it returns.
 
-        `on_chunk` receives the intermediate results the handler streams for it.
+        `on_chunk` receives the intermediate results the handler streams for it; `version`
+        is the one the request named (TorchServe's 503 text names it).
 
         Raises:
             ServiceUnavailable: the queue already holds `job_queue_size` requests.
@@ -138,7 +141,7 @@ class Batcher:
         if self._closed is not None:
             raise copy.copy(self._closed)
         if len(self._queue) >= self.job_queue_size and self._prune() >= self.job_queue_size:
-            raise queue_full(self.model_name)
+            raise queue_full(self.model_name, version)
         loop = asyncio.get_running_loop()
         item = Pending(request, deadline, loop.create_future(), loop.time(), command, on_chunk)
         self._queue.append(item)
@@ -201,6 +204,26 @@ class Batcher:
         fail(items, error)
         self._arrived.set()
 
+    # ---- one worker's view (server/sequences.py has per-worker queues) -----------
+
+    def for_worker(self, key: object) -> Batcher:
+        """The queue the worker `key` takes its batches from: this one, shared by all."""
+        return self
+
+    def release(self, queue: Batcher) -> None:
+        """The worker of `queue` (`for_worker`) stopped taking batches."""
+
+    def settle(
+        self, items: Iterable[Pending], results: list[InferenceResult]
+    ) -> list[InferenceResult]:
+        """A batch (or a continuous batch's step) of `items` was answered with `results`
+        (empty: it failed): the results to deliver."""
+        return results
+
+    async def wait_first(self) -> None:
+        """Return once a live request is queued; `BatcherClosed` once closed."""
+        await self._wait_first()
+
     # ---- internals -----------------------------------------------------------
 
     async def _wait_first(self) -> None:
@@ -255,13 +278,14 @@ class Batcher:
             if not item.alive:
                 continue
             if item.deadline <= now:
-                item.future.set_exception(self._timeout(item, now))
+                item.future.set_exception(self.timeout_error(item, now))
                 continue
             kept.append(item)
         self._queue = kept
         return len(kept)
 
-    def _timeout(self, item: Pending, now: float) -> RequestTimeout:
+    def timeout_error(self, item: Pending, now: float) -> RequestTimeout:
+        """What a request that waited past its deadline gets."""
         waited = now - item.arrival
         return RequestTimeout(
             f'Request {item.request.request_id} to model "{self.model_name}" timed out '

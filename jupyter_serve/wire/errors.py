@@ -182,9 +182,9 @@ def no_worker_message(model_name: str, version: str | None = None, job: str = "i
     )
 
 
-def queue_full(model_name: str) -> ServiceUnavailable:
-    """TorchServe's 503 for a request its model's full job queue cannot take."""
-    return ServiceUnavailable(no_worker_message(model_name))
+def queue_full(model_name: str, version: str | None = None) -> ServiceUnavailable:
+    """TorchServe's 503 for a request its model's full job queue (or sequence) cannot take."""
+    return ServiceUnavailable(no_worker_message(model_name, version))
 
 
 class OutOfResources(ServeError):

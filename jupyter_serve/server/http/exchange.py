@@ -83,7 +83,8 @@ class Served:
     ) -> asyncio.Future[InferenceResult]:
         """Queue `request` on the model's batcher, due within its `responseTimeout`."""
         deadline = asyncio.get_running_loop().time() + self.model.spec.response_timeout
-        return self.model.batcher.submit(request, deadline, on_chunk=on_chunk)
+        return self.model.batcher.submit(request, deadline, on_chunk=on_chunk,
+                                         version=self.version)  # fmt: skip
 
     def record(self, status: int, queue_ms: float) -> None:
         """Count one answered request, with the status it got."""

@@ -19,8 +19,9 @@ that dies between steps. When the worker is retired (scale-down, unregister) it 
 new request but steps on until the requests it runs are answered, since their state
 lives in that worker's handler.
 
-`ContinuousBatch` is the state of one worker's running batch; `WorkerPool` runs it in
-place of its batch-by-batch loop for models with continuous batching (pool.py).
+`ContinuousBatch` is the state of one worker's running batch, fed by that worker's queue
+(`Batcher.for_worker`) and settling each step with it; dispatch.py runs it in place of the
+batch-by-batch loop for models with continuous batching.
 """
 
 from __future__ import annotations
@@ -129,7 +130,7 @@ class ContinuousBatch:
             LOGGER.exception("Step on worker %s failed", self.worker.id)
             self.fail_all(ServeError(f"Internal error while running the batch: {exc!r}"))
             return
-        self._settle(reply.results, dispatched)
+        self._settle(self.batcher.settle(items, reply.results), dispatched)
         if self.record is not None:
             self.record(reply, len(entries), queue_ms)
 
@@ -165,4 +166,5 @@ class ContinuousBatch:
         """Every running request gets `error` (a copy each); the batch is empty after."""
         items = [entry.item for entry in self.running.values()]
         self.running.clear()
+        self.batcher.settle(items, [])
         fail(items, error)

@@ -24,13 +24,11 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from jupyter_serve.server import devices
-from jupyter_serve.server.batching import Batcher, BatcherClosed, Pending, fail, no_worker_message
-from jupyter_serve.server.pool.continuous import ContinuousBatch
-from jupyter_serve.server.pool.delivery import deliver, stream
+from jupyter_serve.server.batching import Batcher, no_worker_message
+from jupyter_serve.server.pool.dispatch import Dispatch
 from jupyter_serve.server.pool.errors import WorkerLoadError
 from jupyter_serve.server.pool.logs import LOGGER, WorkerLog
 from jupyter_serve.server.pool.process import cpu_threads_per_worker, worker_command
@@ -42,7 +40,7 @@ from jupyter_serve.server.pool.slots import (
     Slot,
 )
 from jupyter_serve.server.pool.worker import SubprocessWorker, WorkerReply, WorkerState
-from jupyter_serve.wire.errors import BadRequest, ServeError, ServiceUnavailable
+from jupyter_serve.wire.errors import BadRequest, ServiceUnavailable
 from jupyter_serve.wire.protocol import InferenceRequest, InferenceResult
 
 if TYPE_CHECKING:
@@ -323,70 +321,8 @@ class WorkerPool:
     # ---- dispatch ------------------------------------------------------------
 
     async def _serve(self, slot: Slot, worker: SubprocessWorker) -> None:
-        """The dispatch loop: pull a batch, run it on `worker`, until it dies or retires."""
-        if self.spec.continuous_batching:
-            await self._serve_continuously(slot, worker)
-            return
-        while worker.state is WorkerState.READY and not slot.retiring:
-            try:
-                batch = self.batcher.take_ready() or await self._next_batch(slot, worker)
-            except BatcherClosed:
-                slot.retiring = True  # the model is going away: wind down
-                return
-            if batch is not None:
-                await self._run_batch(worker, batch)
-
-    async def _serve_continuously(self, slot: Slot, worker: SubprocessWorker) -> None:
-        """Continuous batching (continuous.py): step `worker`'s running batch."""
-        batch = ContinuousBatch(worker, self.batcher, self.spec.batch_size, self._record)
-        try:
-            await batch.serve(lambda: self._next_batch(slot, worker), lambda: not slot.retiring)
-        except BatcherClosed:
-            slot.retiring = True  # the model is going away: wind down
-
-    async def _next_batch(self, slot: Slot, worker: SubprocessWorker) -> list[Pending] | None:
-        """The next batch, or None when interrupted (the worker died, the slot retired)."""
-        slot.attention.clear()  # the caller just saw READY and not retiring
-        getter = asyncio.ensure_future(self.batcher.next_batch())
-        interrupt = asyncio.ensure_future(slot.attention.wait())
-        try:
-            await asyncio.wait((getter, interrupt), return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:
-            self._abandon(getter)
-            raise
-        finally:
-            interrupt.cancel()
-        if getter.done() and worker.state is WorkerState.READY and not slot.retiring:
-            return getter.result()
-        self._abandon(getter)
-        return None
-
-    def _abandon(self, getter: asyncio.Future[list[Pending]]) -> None:
-        """Cancel a pending `next_batch`, or put back the batch it already took."""
-        if not getter.done():
-            getter.cancel()
-        elif not getter.cancelled() and getter.exception() is None:
-            self.batcher.requeue(getter.result())
-
-    async def _run_batch(self, worker: SubprocessWorker, batch: list[Pending]) -> None:
-        dispatched = asyncio.get_running_loop().time()
-        queue_ms = sum(dispatched - item.arrival for item in batch) * 1000 / len(batch)
-        try:
-            requests = [item.request for item in batch]
-            reply = await worker.predict(requests, batch[0].command, partial(stream, batch))
-        except ServeError as error:
-            fail(batch, error)
-            return
-        except asyncio.CancelledError:
-            fail(batch, ServiceUnavailable(no_worker_message(self.spec.model_name)))
-            raise
-        except Exception as exc:  # a bug here must not leave clients waiting forever
-            LOGGER.exception("Batch on worker %s failed", worker.id)
-            fail(batch, ServeError(f"Internal error while running the batch: {exc!r}"))
-            return
-        deliver(batch, reply, dispatched)
-        if batch[0].command == "predict":
-            self._record(reply, len(batch), queue_ms)
+        """The dispatch loop (dispatch.py): batches for `worker` until it dies or retires."""
+        await Dispatch(self.batcher, worker, slot, self.spec, self._record).serve()
 
     def _loaded(self, worker: SubprocessWorker) -> None:
         if self._on_load is None:

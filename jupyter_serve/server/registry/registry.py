@@ -39,6 +39,7 @@ from jupyter_serve.server.registry.workdir import (
     prepare_model,
     remove_paths,
 )
+from jupyter_serve.server.sequences import SequenceBatcher
 from jupyter_serve.wire.errors import (
     BadRequest,
     ConflictStatus,
@@ -206,7 +207,7 @@ class ModelRegistry:
             spec = await install_model_requirements(self.config, spec)
         finally:
             self._reserved.discard(key)
-        batcher = Batcher.for_spec(spec)
+        batcher = SequenceBatcher(spec) if spec.sequence_batching else Batcher.for_spec(spec)
         restore_url = str(source.downloaded) if source.downloaded else spec.model_url
         model = Model(spec, batcher, self.config.pool_factory(spec, batcher), restore_url)
         model.extracted, model.downloaded = extracted, source.downloaded
