@@ -59,7 +59,7 @@ class OpenSequence:
     """One sequence: its waiting requests, its worker, and what may end it."""
 
     id: str
-    home: WorkerQueue
+    home: WorkerQueue | None  # None until a worker takes it (none was taking new ones yet)
     queue: deque[Pending] = field(default_factory=deque)
     busy: int = 0  # its requests in the worker's hands (taken, not yet answered)
     expired: bool = False  # past its lifetime: ends once its queue is served
@@ -108,13 +108,14 @@ class SequenceBatcher(Batcher):
         if sequence.idle_timer is not None:
             sequence.idle_timer.cancel()
             sequence.idle_timer = None
-        sequence.home.arrived.set()
+        if sequence.home is not None:
+            sequence.home.arrived.set()
         return item.future
 
     def _open(self, sequence_id: str, version: str | None) -> OpenSequence:
-        if len(self.sequences) >= self.max_sequences or not self.homes:
+        if len(self.sequences) >= self.max_sequences:
             raise queue_full(self.model_name, version)
-        home = self.homes[self.turn % len(self.homes)]
+        home = self.homes[self.turn % len(self.homes)] if self.homes else None
         self.turn += 1
         sequence = OpenSequence(sequence_id, home)
         if self.lifetime_s > 0:
@@ -129,6 +130,10 @@ class SequenceBatcher(Batcher):
         """The queue of one worker process, taking new sequences in turn from now on."""
         home = WorkerQueue(self, key)
         self.homes.append(home)
+        for sequence in self.sequences.values():
+            if sequence.home is None:  # opened while no worker was taking sequences
+                sequence.home = home
+                home.arrived.set()
         return home
 
     def release(self, queue: Batcher) -> None:
@@ -170,7 +175,8 @@ class SequenceBatcher(Batcher):
     def rest(self, sequence: OpenSequence) -> None:
         """A sequence with nothing in flight waits `idle_s` for its next request."""
         if sequence.busy or sequence.prune():
-            sequence.home.arrived.set()
+            if sequence.home is not None:
+                sequence.home.arrived.set()
             return
         if sequence.expired:
             self._close(sequence)
