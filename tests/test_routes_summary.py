@@ -183,3 +183,32 @@ async def test_refused_without_credentials(jp_fetch: Fetch) -> None:
 )
 def test_version_status(counts: tuple[int, int, int, int], status: str) -> None:
     assert version_status(*counts) == status
+
+
+SEQUENCE_CONFIG = """\
+continuousBatching: true
+sequenceBatching: true
+sequenceMaxIdleMSec: 60000
+maxNumSequence: 3
+batchSize: 2
+"""
+
+
+async def test_a_stateful_model_shows_its_open_sequences_and_steps(
+    jp_fetch: Fetch, jp_serverapp: Any
+) -> None:
+    """A sequence-batching, continuously batched version: its open sequences (of
+    maxNumSequence) and its steps per second; a plain version has neither."""
+    await register(jp_serverapp, "plain")
+    await register(jp_serverapp, "stateful", model_config=SEQUENCE_CONFIG)
+    before = _row(await _summary(jp_fetch), "stateful", "1.0")
+    assert (before["continuousBatching"], before["sequences"]) == (True, {"open": 0, "max": 3})
+    answer = await jp_fetch("serve", "predictions", "stateful", method="POST", body=b"hi",
+                            headers={"Content-Type": "application/octet-stream"})  # fmt: skip
+    assert answer.headers["ts_request_sequence_id"].startswith("ts-seq-")
+    summary = await _summary(jp_fetch)
+    after = _row(summary, "stateful", "1.0")
+    assert after["sequences"] == {"open": 1, "max": 3}  # open until its idle time passes
+    assert after["stepsPerSecond"] > 0
+    plain = _row(summary, "plain", "1.0")
+    assert (plain["continuousBatching"], plain["sequences"]) == (False, None)

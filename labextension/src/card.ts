@@ -15,6 +15,7 @@ import { ISeries, sparkLegend, sparklinePoints } from './history';
 import {
   IModelSummary,
   describeMemory,
+  describeStateful,
   describeWorkers,
   formatFill,
   formatMs,
@@ -57,6 +58,8 @@ export class ModelCard {
     this._status = element('span', 'jp-ServeModel-status');
     this._workers = element('div', 'jp-ServeModel-workers');
     this._memory = element('div', 'jp-ServeModel-memory');
+    this._stateful = element('div', 'jp-ServeModel-stateful');
+    this._stateful.hidden = true;
     this._cause = element('div', 'jp-ServeModel-cause', { role: 'status' });
     this._cause.hidden = true;
     this._throughput = svgElement('polyline', {
@@ -83,6 +86,7 @@ export class ModelCard {
       ),
       this._workers,
       this._memory,
+      this._stateful,
       this._cause,
       this._figureList(),
       this._sparkline(),
@@ -117,6 +121,9 @@ export class ModelCard {
     setText(this._memory, memory.text);
     setAttribute(this._memory, 'title', memory.title);
     this._memory.hidden = !memory.text;
+    const stateful = describeStateful(model);
+    setText(this._stateful, stateful);
+    this._stateful.hidden = !stateful;
     for (const [id, , format] of FIGURES) {
       setText(this._figures.get(id)!, format(model));
     }
@@ -197,6 +204,7 @@ export class ModelCard {
   private _status: HTMLElement;
   private _workers: HTMLElement;
   private _memory: HTMLElement;
+  private _stateful: HTMLElement;
   private _throughput: SVGPolylineElement;
   private _latency: SVGPolylineElement;
   private _setDefault: HTMLButtonElement;

@@ -46,6 +46,12 @@ export interface IModelSummary {
   throughputRps: number;
   latencyMs: { p50: number | null; p99: number | null };
   batchFill: number | null;
+  /** TorchServe's continuousBatching: requests join and leave a running batch. */
+  continuousBatching?: boolean;
+  /** Handler calls answered per second (a continuous batch's steps). */
+  stepsPerSecond?: number;
+  /** Sequence batching's open sequences and their limit; null for other models. */
+  sequences?: { open: number; max: number } | null;
 }
 
 export interface ITotals {
@@ -130,6 +136,22 @@ export function describeMemory(model: IModelSummary): {
     text: `memory: ${own.join(' + ')} MiB own`,
     title: `${OWN_MEMORY_HINT}${rss.join(' + ')} MiB.`
   };
+}
+
+/**
+ * The line of a stateful model: its open sequences (sequence batching) and its steps
+ * per second (continuous batching); empty for other models.
+ */
+export function describeStateful(model: IModelSummary): string {
+  const parts: string[] = [];
+  if (model.sequences) {
+    const { open, max } = model.sequences;
+    parts.push(`${open}/${max} ${open === 1 ? 'sequence' : 'sequences'} open`);
+  }
+  if (model.continuousBatching) {
+    parts.push(`${formatRate(model.stepsPerSecond ?? 0)} steps/s`);
+  }
+  return parts.join(' · ');
 }
 
 function mebibytes(bytes: number): string {

@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 
 import {
   describeMemory,
+  describeStateful,
   describeWorkers,
   formatFill,
   formatMs,
@@ -87,6 +88,20 @@ describe('versions', () => {
       ]
     });
     expect(describeMemory(unmeasured)).toEqual({ text: '', title: '' });
+  });
+
+  it('shows open sequences and steps per second for stateful models only', () => {
+    expect(describeStateful(version({}))).toBe('');
+    const sequences = version({ sequences: { open: 1, max: 4 } });
+    expect(describeStateful(sequences)).toBe('1/4 sequence open');
+    const both = version({
+      sequences: { open: 3, max: 4 },
+      continuousBatching: true,
+      stepsPerSecond: 12.34
+    });
+    expect(describeStateful(both)).toBe('3/4 sequences open · 12.3 steps/s');
+    const continuous = version({ continuousBatching: true, stepsPerSecond: 0 });
+    expect(describeStateful(continuous)).toBe('0 steps/s');
   });
 
   it('says how many models serve and their total rate in the status bar', () => {

@@ -12,7 +12,9 @@ route answers what the panel shows in one request, read from the registry and
                  "device", "pid", "memoryUsage", "memoryOwn", "gpuUsage"}],
                  "workerCounts": {"target", "ready", "starting", "failed"}, "cause",
                  "queue": {"pending", "remainingCapacity"}, "requests",
-                 "throughputRps", "latencyMs": {"p50", "p99"}, "batchFill"}, ...],
+                 "throughputRps", "latencyMs": {"p50", "p99"}, "batchFill",
+                 "continuousBatching", "stepsPerSecond",
+                 "sequences": {"open", "max"} | null}, ...],
      "totals": {"models", "versions", "workersReady", "throughputRps",
                 "requests": {"2XX", "4XX", "5XX"}}}
 
@@ -22,6 +24,10 @@ worker costs. `cause` says why the workers of a version with failed ones failed
 (the newest failed load, as a failed register's error JSON says it:
 server/registry/start_failure.py), else null. The panel and the notebook dashboard
 (`widgets/`) both read this answer, so they show the same figures at the same moment.
+
+`stepsPerSecond` counts the handler calls a version's workers answered per second (a
+continuous batch's steps; batches for other models); `sequences` is null unless the version
+has sequence batching (server/sequences.py).
 
 `status` is the panel's word for a version: ``healthy`` (every wanted worker
 ready), ``loading`` (workers still starting), ``degraded`` (some serving, some
@@ -41,6 +47,7 @@ from jupyter_serve.server.pool.stats import pss_bytes
 from jupyter_serve.server.registry import Model
 from jupyter_serve.server.registry.describe import model_status
 from jupyter_serve.server.registry.start_failure import failure_cause
+from jupyter_serve.server.sequences import SequenceBatcher
 
 __all__ = ["ROUTES", "SummaryRoute", "model_summary", "summary", "version_status"]
 
@@ -102,7 +109,17 @@ def model_summary(
         "throughputRps": stats.get("throughput_rps", 0.0),
         "latencyMs": {"p50": latency.get("p50"), "p99": latency.get("p99")},
         "batchFill": stats.get("batch_fill"),
+        "continuousBatching": model.spec.continuous_batching,
+        "stepsPerSecond": stats.get("steps_per_second", 0.0),
+        "sequences": _sequences(model),
     }
+
+
+def _sequences(model: Model) -> dict[str, int] | None:
+    """A sequence-batching version's open sequences and their limit; None for others."""
+    if not isinstance(model.batcher, SequenceBatcher):
+        return None
+    return {"open": len(model.batcher.sequences), "max": model.spec.max_num_sequence}
 
 
 def _cause(model: Model) -> str | None:

@@ -63,14 +63,37 @@ HOST = "Host"
 Declaration = MetricDecl | Mapping[str, Any]
 
 
+class _Rate:
+    """Events per second over a window, counted in whole-second buckets."""
+
+    def __init__(self) -> None:
+        self.buckets: deque[list[float]] = deque()  # [second, count]
+
+    def add(self, now: float) -> None:
+        second = now // 1.0
+        buckets = self.buckets
+        if buckets and buckets[-1][0] == second:
+            buckets[-1][1] += 1
+        else:
+            buckets.append([second, 1.0])
+
+    def per_second(self, now: float, seconds: float) -> float:
+        """Events per second over the last `seconds`."""
+        while self.buckets and self.buckets[0][0] <= now - seconds:
+            self.buckets.popleft()
+        return sum(count for _, count in self.buckets) / seconds
+
+
 class _ModelStats:
-    """Per model version: counts, a sliding latency window, batch fill and throughput."""
+    """Per model version: counts, a sliding latency window, batch fill, throughput, and
+    batches (a continuous batch's steps) per second."""
 
     def __init__(self, window: int) -> None:
         self.requests = 0
         self.statuses: dict[str, int] = {}
         self.latencies_ms: deque[float] = deque(maxlen=window)
-        self.completions: deque[list[float]] = deque()  # [second, count]
+        self.completions = _Rate()
+        self.steps = _Rate()
         self.batches = 0
         self.batched = 0
         self.batch_size = 1
@@ -80,23 +103,13 @@ class _ModelStats:
         code = str(status)
         self.statuses[code] = self.statuses.get(code, 0) + 1
         self.latencies_ms.append(latency_ms)
-        second = now // 1.0
-        completions = self.completions
-        if completions and completions[-1][0] == second:
-            completions[-1][1] += 1
-        else:
-            completions.append([second, 1.0])
+        self.completions.add(now)
 
-    def add_batch(self, batch_len: int, batch_size: int) -> None:
+    def add_batch(self, batch_len: int, batch_size: int, now: float) -> None:
         self.batches += 1
         self.batched += batch_len
         self.batch_size = batch_size
-
-    def throughput(self, now: float, seconds: float) -> float:
-        """Requests per second over the last `seconds` (whole seconds, as buckets)."""
-        while self.completions and self.completions[0][0] <= now - seconds:
-            self.completions.popleft()
-        return sum(count for _, count in self.completions) / seconds
+        self.steps.add(now)
 
     def summary(self, now: float, seconds: float) -> dict[str, Any]:
         latencies = sorted(self.latencies_ms)
@@ -109,7 +122,8 @@ class _ModelStats:
             "mean_batch_size": mean_batch,
             "batch_size": self.batch_size,
             "batch_fill": mean_batch / self.batch_size,
-            "throughput_rps": self.throughput(now, seconds),
+            "throughput_rps": self.completions.per_second(now, seconds),
+            "steps_per_second": self.steps.per_second(now, seconds),
         }
 
 
@@ -206,7 +220,10 @@ class ServeMetrics:
         handler's metrics (PredictionTime among them, as the worker emits it)."""
         self._record("QueueTime", self._host(), queue_ms)
         with self._lock:
-            self._stats(spec.model_name, spec.version).add_batch(batch_len, spec.batch_size)
+            capacity = spec.batch_size * (2 if spec.continuous_batching and spec.sequence_batching
+                                          else 1)  # fmt: skip
+            stats = self._stats(spec.model_name, spec.version)
+            stats.add_batch(batch_len, capacity, self._clock())
         self.record_handler_metrics(spec, metrics)
 
     def record_load(
