@@ -51,7 +51,9 @@ def meta(args: argparse.Namespace) -> dict[str, Any]:
     memory = psutil.virtual_memory().total / (1 << 30)
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "mode": next((m for m in ("memory", "stall", "hub", "quick") if getattr(args, m)), "full"),
+        "mode": next(
+            (m for m in ("memory", "stall", "hub", "cb", "quick") if getattr(args, m)), "full"
+        ),
         "machine": f"{os.cpu_count()} CPUs ({cpu}), {memory:.0f} GiB, Python "
         f"{platform.python_version()}, torch {torch_version}, load at start "
         f"{os.getloadavg()[0]:.2f}; shared and noisy: compare ratios, not absolutes",
@@ -67,6 +69,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--memory", action="store_true", help="only the memory part (minutes)")
     parser.add_argument("--stall", action="store_true", help="only the stall probe (a minute)")
     parser.add_argument("--hub", action="store_true", help="only the hub part (a minute or two)")
+    parser.add_argument("--cb", action="store_true", help="only the continuous-batching part")
     parser.add_argument("--no-torchserve", dest="torchserve", action="store_false")
     parser.add_argument(
         "--omp1",

@@ -12,6 +12,8 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
+import continuous
+
 JS, TS = "jupyter_serve", "torchserve"
 CEILING = "tornado_ceiling"  # bench/ceiling.py: bare tornado echo, no model
 BATCH8 = ("batch8-5ms/1w", "batch8/2w")
@@ -164,6 +166,7 @@ def ratios(results: Record) -> dict[str, float | None]:
         **memory_ratios(results.get("memory", {})),
         "stall_ms_worst": results.get("stall_summary", {}).get("stall_ms_worst"),
         **hub_ratios(results.get("hub_summary", [])),
+        **continuous.ratios(results.get("continuous", {})),
     }
 
 
@@ -307,6 +310,19 @@ def _stall_lines(results: Record) -> list[str]:
     return lines
 
 
+def _continuous_lines(points: Record) -> list[str]:
+    lines = ["| server | rate | req/s | first chunk p50 | p99 | end p50 | p99 | errors |",
+             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for name in (continuous.JS_CB, continuous.TS_CB, continuous.JS_STATIC):
+        point = points.get(name)
+        if point:
+            lines.append(f"| {name} | {points['rate']} | {point['rps']} | "
+                         f"{point['first_chunk_p50_ms']} | {point['first_chunk_p99_ms']} | "
+                         f"{point['latency_p50_ms']} | {point['latency_p99_ms']} | "
+                         f"{point['errors']} |")  # fmt: skip
+    return lines
+
+
 def markdown(results: Record) -> str:
     meta = results["meta"]
     sections = [
@@ -323,6 +339,8 @@ def markdown(results: Record) -> str:
         ("Under JupyterHub (echo; token_lane: the fast path outside a hub; hub_proxy: through "
          "configurable-http-proxy; hub_direct: the single-user server's own port)",
          _points_table(results.get("hub_summary", []))),
+        ("Continuous batching (Poisson arrivals; ms from each request's scheduled start)",
+         _continuous_lines(results.get("continuous", {}))),
     ]  # fmt: skip
     parts = [f"# jupyter_serve vs TorchServe 0.12: {meta['date']} ({meta['mode']})",
              f"\nMachine: {meta['machine']}"]  # fmt: skip

@@ -18,14 +18,17 @@ register to ready with 1 and 2 workers), then the stall probe (bench/stall.py: t
 longest wait of Jupyter's own `/api/status` while the serve routes take worst-case
 requests, beside a bare Jupyter: `stall_ms_worst`), then the hub part (bench/hub.py: echo
 predictions/s through a real JupyterHub's proxy and straight to its single-user server,
-against the token fast path outside a hub). The load generator is pinned to the
+against the token fast path outside a hub), then the continuous-batching part
+(bench/continuous.py: streamed answers under Poisson arrivals, continuous batching beside
+TorchServe's and beside static batching). The load generator is pinned to the
 last core while it measures. Writes the JSON (every point, the medians in
 `summary`, `ratios`) and a markdown report beside it (`.md`).
 `--quick` (the CI smoke check) takes about two minutes without TorchServe and
 skips the memory part, the stall probe and the hub part; `--memory` runs only the
 memory part (a few minutes), `--stall` only the stall probe (about a minute, no
 TorchServe), `--hub` only the hub part (a minute or two, no TorchServe; needs jupyterhub
-and configurable-http-proxy; with `--quick`, short points).
+and configurable-http-proxy; with `--quick`, short points), `--cb` only the
+continuous-batching part (about two minutes; with `--quick`, short points).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import continuous
 import hub
 import hub_launcher
 import loadgen
@@ -85,6 +89,8 @@ class Runner:
             return self.run_stall()
         if self.args.hub:
             return self.run_hub()
+        if self.args.cb:
+            return self.run_continuous()
         models = workloads.MODELS if self.args.quick else (*workloads.MODELS, workloads.BIG)
         workloads.build_store(self.store, models)
         self.inprocess("before serving")
@@ -104,6 +110,7 @@ class Runner:
         if not self.args.quick:
             self.stall()
             self.hub_part()
+            self.continuous_part()
         self.results["summary"] = report.summarize(self.results["points"])
         self.results["ratios"] = report.ratios(self.results)
         return self.results
@@ -136,6 +143,19 @@ class Runner:
         self.results["summary"] = []
         self.results["ratios"] = report.ratios(self.results)
         return self.results
+
+    def run_continuous(self) -> dict[str, Any]:
+        """Only the continuous-batching part (bench/continuous.py)."""
+        self.continuous_part()
+        self.results["summary"] = []
+        self.results["ratios"] = report.ratios(self.results)
+        return self.results
+
+    def continuous_part(self) -> None:
+        seconds = 3.0 if self.args.quick else 20.0
+        part = continuous.run(self.work / "continuous", self.store, seconds,
+                              self.args.torchserve, self.log)  # fmt: skip
+        self.results["continuous"] = part
 
     def hub_part(self) -> None:
         missing = hub_launcher.available()

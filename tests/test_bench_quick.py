@@ -39,6 +39,9 @@ RATIOS = (
     "worker_pss_vs_torchserve",
     "weights_4w_vs_1w",
     "idle_server_pss_vs_torchserve",
+    "cb_rps_vs_torchserve",
+    "cb_first_chunk_p50_vs_torchserve",
+    "cb_rps_vs_static_batching",
 )
 
 
@@ -89,6 +92,27 @@ def test_quick_run_without_torchserve_reports_every_point(tmp_path: Path) -> Non
     markdown = out.with_suffix(".md").read_text()
     assert "| cnn_b8_vs_inprocess |" in markdown
     assert "| echo | batch8/2w | 32 | jupyter_serve |" in markdown
+    assert leftovers(tmp_path) == []
+
+
+def test_continuous_part_streams_to_every_participant_and_reports(tmp_path: Path) -> None:
+    """`--cb --quick`: Poisson load on continuous and static batching, every request of
+    the continuous batch answered (no threshold on the figures)."""
+    out = tmp_path / "cb.json"
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    argv = [sys.executable, str(BENCH / "run.py"), "--cb", "--quick", "--no-torchserve",
+            "--out", str(out)]  # fmt: skip
+    subprocess.run(argv, check=True, env=env, cwd=tmp_path, capture_output=True, timeout=600)
+    results = json.loads(out.read_text())
+    part = results["continuous"]
+    assert set(part) == {"rate", "seconds", "jupyter_serve_cb", "jupyter_serve_static"}
+    cb = part["jupyter_serve_cb"]
+    assert cb["errors"] == 0
+    assert cb["ok"] == cb["sent"] > 0
+    assert cb["first_chunk_p50_ms"] <= cb["latency_p50_ms"]
+    assert isinstance(results["ratios"]["cb_rps_vs_static_batching"], float)
+    assert results["ratios"]["cb_rps_vs_torchserve"] is None
+    assert "| jupyter_serve_static |" in out.with_suffix(".md").read_text()
     assert leftovers(tmp_path) == []
 
 
