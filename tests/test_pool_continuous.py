@@ -210,3 +210,28 @@ def test_every_request_gets_all_its_steps_under_load(tmp_path: Path, batch_size:
         bodies = recorder.bodies(f"q{i:02}")
         assert [int(body.split()[1]) for body in bodies] == list(range(steps - 1, -1, -1))
         assert all(len(body.split()[2].split(",")) <= batch_size for body in bodies)
+
+
+def test_a_retired_worker_steps_on_until_its_running_requests_are_answered(
+    tmp_path: Path,
+) -> None:
+    """Scaling to no worker while a request streams: it gets every step it has left (its
+    state is in that worker's handler), and the worker then stops."""
+
+    async def scenario() -> tuple[Recorder, int]:
+        pool = await serving(continuous_spec(tmp_path / "steps"))
+        recorder = Recorder(pool)
+        scaled: list[Any] = []
+        recorder.on_first_chunk["long"] = lambda: scaled.append(
+            asyncio.ensure_future(pool.scale(0))
+        )
+        try:
+            await recorder.submit("long", "5")
+            await scaled[0]
+            return recorder, pool.worker_count
+        finally:
+            await pool.stop()
+
+    recorder, workers = run(scenario())
+    assert recorder.bodies("long") == [f"long {left} long" for left in range(4, -1, -1)]
+    assert workers == 0
