@@ -24,6 +24,11 @@ Describe jobs (command "describe") always travel alone, as in TorchServe.
 A request may carry an `on_chunk` sink: the pool hands it each intermediate result
 the handler streams for that request (in order, before the future's final result).
 Without one, streamed chunks are dropped and only the final result arrives.
+
+A worker takes its batches from `for_worker(worker)`: this queue itself, shared by all
+workers; sequence batching (server/sequences.py) gives each worker a queue of its own
+sequences. A continuous batch takes the requests that join a running batch with
+`take_now`, and every answered batch (or step) is `settle`d with the queue it came from.
 """
 
 from __future__ import annotations
