@@ -118,8 +118,9 @@ def run(scenario: Any) -> Any:
 
 
 def test_a_waiting_request_joins_the_running_batch_when_a_place_frees(tmp_path: Path) -> None:
-    """A batch of 4: r1 ends after one step; r5, queued while the first step runs, takes
-    its place at the second step and is answered long before the others end."""
+    """A batch of 4: r1 ends after one step; r5, queued as r2's first chunk is written
+    (the second step has already left), takes r1's place at the third step and is
+    answered long before the others end."""
 
     async def scenario() -> Recorder:
         pool = await serving(continuous_spec(tmp_path / "steps"))
@@ -138,14 +139,14 @@ def test_a_waiting_request_joins_the_running_batch_when_a_place_frees(tmp_path: 
     assert recorder.bodies("r1") == ["r1 0 r1,r2,r3,r4"]  # a plain answer: one step
     assert recorder.bodies("r5") == ["r5 1 r2,r3,r4,r5", "r5 0 r2,r3,r4,r5"]
     assert recorder.first("done", "r5") < recorder.first("done", "r2")
-    steps = ["r1,r2,r3,r4"] + ["r2,r3,r4,r5"] * 2 + ["r2,r3,r4"] * 3
+    steps = ["r1,r2,r3,r4", "r2,r3,r4"] + ["r2,r3,r4,r5"] * 2 + ["r2,r3,r4"] * 2
     assert recorder.bodies("r2") == [f"r2 {5 - i} {ids}" for i, ids in enumerate(steps)]
     assert [kind for kind, rid, _ in recorder.events if rid == "r2"] == ["chunk"] * 5 + ["done"]
 
 
 def test_a_departed_client_leaves_the_batch_at_the_next_step(tmp_path: Path) -> None:
-    """r2's client leaves after its first chunk: the next step runs without r2 (the
-    handler stops seeing its id), and r3 goes on to its end."""
+    """r2's client leaves as its first chunk is written: the next step to leave runs
+    without r2 (the handler stops seeing its id), and r3 goes on to its end."""
 
     async def scenario() -> Recorder:
         pool = await serving(continuous_spec(tmp_path / "steps"))
@@ -159,7 +160,8 @@ def test_a_departed_client_leaves_the_batch_at_the_next_step(tmp_path: Path) -> 
         return recorder
 
     recorder = run(scenario())
-    assert recorder.bodies("r3") == ["r3 2 r2,r3", "r3 1 r3", "r3 0 r3"]
+    # the second step left before the first was written; the third runs without r2
+    assert recorder.bodies("r3") == ["r3 2 r2,r3", "r3 1 r2,r3", "r3 0 r3"]
     assert recorder.bodies("r2") == ["r2 4 r2,r3", ""]  # its chunk, then it left
 
 

@@ -11,7 +11,11 @@ for the batch to drain (while requests run, only those already queued are taken:
 never waits for company).
 
 Each step's answer for a request that goes on is one chunk of its streamed HTTP answer
-(its first one sends the status and headers); the last one ends it. A request whose
+(its first one sends the status and headers); the last one ends it. The next step leaves
+for the worker as soon as a step's answer says who goes on, and that answer is written to
+the clients while the worker computes: the server's work overlaps the worker's, so a
+request queued (or a client that left) while the answers are written counts from the step
+after. A request whose
 client has left (or whose client timeout passed) is dropped before the next step, so the
 handler stops seeing its id and no step runs for nobody. A failed step (the handler
 raised, the worker died) fails every request in the batch with its error; so does a worker
@@ -76,6 +80,9 @@ class ContinuousBatch:
     capacity: int
     record: Record | None = None
     running: dict[str, Running] = field(default_factory=dict)
+    stepped: list[Pending] = field(default_factory=list)  # the step in flight's requests
+    dispatched: float = 0.0  # when it left
+    queue_ms: float = 0.0  # the mean queue time of the requests that joined it
 
     async def serve(
         self,
@@ -85,18 +92,26 @@ class ContinuousBatch:
         """Step until the worker dies, or until `taking()` is false and the batch is empty.
 
         `next_batch` waits for the first requests when the batch is empty (None: it was
-        interrupted); `taking` says whether new requests may join.
+        interrupted); `taking` says whether new requests may join. As soon as a step's
+        answer tells who goes on, the next step leaves for the worker; the answer is
+        written to the clients while the worker computes it.
         """
+        step: asyncio.Future[WorkerReply] | None = None
         try:
             while self.worker.state is WorkerState.READY:
-                self._drop_departed()
-                joining = await self._joining(next_batch, taking())
-                if joining is None:
-                    if not self.running:
+                if step is None:
+                    joining = await self._joining(next_batch, taking())
+                    if joining is None and not self.running:
                         return
-                    joining = []
-                await self.step(joining)
+                    step = self._launch(joining or [])
+                answered = await self._answer(step)
+                step = None
+                if self.worker.state is WorkerState.READY:
+                    step = self._next_step(taking())
+                answered()
         finally:
+            if step is not None:
+                step.cancel()
             self.fail_all(ServeError("Worker died.", status_code=500))
 
     async def _joining(
@@ -104,49 +119,81 @@ class ContinuousBatch:
     ) -> list[Pending] | None:
         if not taking:
             return None
-        if self.running:
-            return self.batcher.take_now(self.capacity - len(self.running))
         return self.batcher.take_ready() or await next_batch()
 
-    async def step(self, joining: list[Pending]) -> None:
-        """One handler call: the running requests (continuing ones without their bodies),
-        then `joining`; each result answers, streams to, or ends its request."""
+    def _next_step(self, taking: bool) -> asyncio.Future[WorkerReply] | None:
+        """The next step at once, with the requests queued now, if any request runs."""
+        self._drop_departed()
+        if not self.running:
+            return None
+        free = self.capacity - len(self.running)
+        return self._launch(self.batcher.take_now(free) if taking else [])
+
+    def _launch(self, joining: list[Pending]) -> asyncio.Future[WorkerReply]:
+        """Send one step: the running requests (continuing ones without their bodies), then
+        `joining`."""
         for item in joining:
             self.running[item.request.request_id] = Running(item)
         entries = list(self.running.values())
         items = [entry.item for entry in entries]
-        dispatched = asyncio.get_running_loop().time()
-        queue_ms = sum(dispatched - item.arrival for item in joining) * 1000 / max(len(joining), 1)
+        loop = asyncio.get_running_loop()
+        self.dispatched = loop.time()
+        self.queue_ms = sum(self.dispatched - item.arrival for item in joining) * 1000 \
+            / max(len(joining), 1)  # fmt: skip
+        requests = [entry.step_request() for entry in entries]
+        self.stepped = items
+        return asyncio.ensure_future(
+            self.worker.predict(requests, "predict", partial(stream, items))
+        )
+
+    async def _answer(self, step: asyncio.Future[WorkerReply]) -> Callable[[], None]:
+        """Wait for a step; update who runs; return what writes its answers."""
+        items, dispatched, queue_ms = self.stepped, self.dispatched, self.queue_ms
         try:
-            requests = [entry.step_request() for entry in entries]
-            reply = await self.worker.predict(requests, "predict", partial(stream, items))
+            reply = await step
         except ServeError as error:
             self.fail_all(error)
-            return
+            return lambda: None
         except asyncio.CancelledError:
             self.fail_all(ServeError("Worker died.", status_code=500))
             raise
         except Exception as exc:  # a bug here must not leave clients waiting forever
             LOGGER.exception("Step on worker %s failed", self.worker.id)
             self.fail_all(ServeError(f"Internal error while running the batch: {exc!r}"))
-            return
-        self._settle(self.batcher.settle(items, reply.results), dispatched)
-        if self.record is not None:
-            self.record(reply, len(entries), queue_ms)
+            return lambda: None
+        results = self.batcher.settle(items, reply.results)
+        deliveries = self._advance(results)
 
-    def _settle(self, results: list[InferenceResult], dispatched: float) -> None:
+        def write() -> None:
+            for item, result, last in deliveries:
+                if last:
+                    if item.alive:
+                        queued = (dispatched - item.arrival) * 1000
+                        item.future.set_result(with_queue_ms(result, queued))
+                else:
+                    self._chunk(item, result)
+            if self.record is not None:
+                self.record(reply, len(items), queue_ms)
+
+        return write
+
+    def _advance(
+        self, results: list[InferenceResult]
+    ) -> list[tuple[Pending, InferenceResult, bool]]:
+        """Who goes on and who is done after a step: (request, its result, whether it is
+        its last), the running set updated."""
+        deliveries = []
         for result in results:
             entry = self.running.get(result.request_id)
             if entry is None:
                 continue  # not a request of this batch: nothing waits for it
-            if goes_on(result):
+            last = not goes_on(result)
+            if last:
+                del self.running[result.request_id]
+            else:
                 entry.continuing = True
-                self._chunk(entry.item, result)
-                continue
-            del self.running[result.request_id]
-            if entry.item.alive:
-                queued = (dispatched - entry.item.arrival) * 1000
-                entry.item.future.set_result(with_queue_ms(result, queued))
+            deliveries.append((entry.item, result, last))
+        return deliveries
 
     @staticmethod
     def _chunk(item: Pending, result: InferenceResult) -> None:
