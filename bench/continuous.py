@@ -37,7 +37,10 @@ STEP_S = 0.005
 RATE_OF_CAPACITY = 0.8
 CONNECTIONS = 256
 JS_CB, TS_CB, JS_STATIC = "jupyter_serve_cb", "torchserve_cb", "jupyter_serve_static"
-CONFIG = "batchSize: 8\nmaxBatchDelay: 5\nminWorkers: 1\nmaxWorkers: 1\n"
+CONFIG = (
+    "batchSize: 8\nmaxBatchDelay: 5\nminWorkers: 1\nmaxWorkers: 1\n"
+    f"handler:\n  step_ms: {STEP_S * 1000:g}\n"
+)
 
 Log = Callable[[str], None]
 

@@ -1,9 +1,10 @@
 """Benchmark handler `steps`: a generative model's shape without its compute.
 
 Each request takes a number of steps drawn from its request id (geometric, mean
-`MEAN_STEPS`, as generated lengths are: most short, a few long); a step costs `STEP_S`
-for the whole batch, as a batched decoder's step does (a sleep, so that the machine's
-two cores go to the servers, not to the model); each step is one chunk of the answer.
+`MEAN_STEPS`, as generated lengths are: most short, a few long); a step costs `step_ms`
+(its model-config.yaml's `handler: {step_ms: ...}`, else `STEP_MS`) for the whole batch,
+as a batched decoder's step does (a sleep, so that the machine's two cores go to the
+servers, not to the model); each step is one chunk of the answer.
 
 With `continuousBatching: true` in its model-config.yaml each call is one step of every
 running request, which stays while it has steps left (TorchServe's stopping_criteria).
@@ -19,7 +20,7 @@ import zlib
 
 from ts.handler_utils.utils import send_intermediate_predict_response
 
-STEP_S = 0.005
+STEP_MS = 5.0
 MEAN_STEPS = 8
 MAX_STEPS = 64
 CHUNK = b"tok "
@@ -34,7 +35,9 @@ def steps_for(request_id: str) -> int:
 
 class Steps:
     def initialize(self, context):
-        self.continuous = bool(context.model_yaml_config.get("continuousBatching"))
+        config = context.model_yaml_config
+        self.continuous = bool(config.get("continuousBatching"))
+        self.step_s = float((config.get("handler") or {}).get("step_ms", STEP_MS)) / 1000
         self.left = {}
         self.initialized = True
 
@@ -45,7 +48,7 @@ class Steps:
         return self.whole(ids, context)
 
     def step(self, ids, context):
-        time.sleep(STEP_S)
+        time.sleep(self.step_s)
         criteria = []
         for request_id in ids:
             if request_id not in self.left:
@@ -68,9 +71,9 @@ class Steps:
     def whole(self, ids, context):
         totals = [steps_for(request_id) for request_id in ids]
         for step in range(1, max(totals)):
-            time.sleep(STEP_S)
+            time.sleep(self.step_s)
             going = {idx: rid for idx, rid in enumerate(ids) if step < totals[idx]}
             chunks = [CHUNK for _ in ids]
             send_intermediate_predict_response(chunks, going, "Intermediate", 200, context)
-        time.sleep(STEP_S)
+        time.sleep(self.step_s)
         return [CHUNK for _ in ids]
