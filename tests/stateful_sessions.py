@@ -121,8 +121,8 @@ class Session:
     log: list[dict[str, Any]] = field(default_factory=list)
 
     async def post(self, body: bytes, sequence: str | None = None, *, json_body: bool = False,
-                   leave_after_first_chunk: bool = False,
-                   first_chunk: asyncio.Event | None = None) -> Answer:  # fmt: skip
+                   leave_after_first_chunk: bool = False, first_chunk: asyncio.Event | None = None,
+                   logged: bool = True) -> Answer:  # fmt: skip
         headers = dict(self.target.headers)
         if sequence is not None:
             headers[SEQUENCE_ID] = sequence
@@ -130,7 +130,8 @@ class Session:
             headers["Content-Type"] = "application/json"
         url = urllib.parse.urlsplit(f"{self.target.base}predictions/{self.model}")
         answer = await exchange(url, body, headers, leave_after_first_chunk, first_chunk)
-        self.log.append(answer.transcript(self.known))
+        if logged:  # else the caller logs it (two answers racing to finish)
+            self.log.append(answer.transcript(self.known))
         return answer
 
 
@@ -219,11 +220,14 @@ async def cancel_session(target: Target) -> list[dict[str, Any]]:
     await session.post(b"4", sequence)
     first_chunk = asyncio.Event()
     stream = asyncio.ensure_future(
-        session.post(b'{"input": 3}', sequence, json_body=True, first_chunk=first_chunk)
+        session.post(
+            b'{"input": 3}', sequence, json_body=True, first_chunk=first_chunk, logged=False
+        )
     )
     await first_chunk.wait()
-    await session.post(b"-1", sequence)
-    await stream
+    cancel = await session.post(b"-1", sequence, logged=False)
+    # the stream's last chunk and the cancel's answer leave together: log them in one order
+    session.log += [(await stream).transcript(session.known), cancel.transcript(session.known)]
     await session.post(b"0", sequence)
     return session.log
 

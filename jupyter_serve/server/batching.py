@@ -38,7 +38,7 @@ import copy
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from jupyter_serve.wire.errors import RequestTimeout, ServeError, no_worker_message, queue_full
 from jupyter_serve.wire.protocol import InferenceRequest, InferenceResult
@@ -72,7 +72,7 @@ class Pending:
     arrival: float
     command: str = "predict"
     on_chunk: ChunkSink | None = None
-    sequence: str = ""  # the sequence it belongs to (server/sequences.py), if any
+    sequence: Any = None  # the sequence it belongs to (server/sequences.py), if any
 
     @property
     def alive(self) -> bool:

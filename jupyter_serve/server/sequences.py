@@ -103,7 +103,7 @@ class SequenceBatcher(Batcher):
             raise queue_full(self.model_name, version)
         loop = asyncio.get_running_loop()
         item = Pending(request, deadline, loop.create_future(), loop.time(), command, on_chunk)
-        item.sequence = sequence_id
+        item.sequence = sequence
         sequence.queue.append(item)
         if sequence.idle_timer is not None:
             sequence.idle_timer.cancel()
@@ -165,11 +165,13 @@ class SequenceBatcher(Batcher):
                 if sequence is not None:
                     self._close(sequence, queue_full(self.model_name))
         for item in items:
-            sequence = self.sequences.get(item.sequence)
-            if sequence is not None and sequence.busy > 0:
+            sequence = item.sequence  # the one it was taken for, even if its id was reused
+            if isinstance(sequence, OpenSequence) and sequence.busy > 0:
                 sequence.busy -= 1
-                self.rest(sequence)
-        named = {item.request.request_id: item.sequence for item in items}
+                if self.sequences.get(sequence.id) is sequence:
+                    self.rest(sequence)
+        named = {item.request.request_id: item.sequence.id for item in items
+                 if isinstance(item.sequence, OpenSequence)}  # fmt: skip
         return [_naming(result, named.get(result.request_id, "")) for result in results]
 
     def rest(self, sequence: OpenSequence) -> None:
@@ -280,9 +282,12 @@ class WorkerQueue(Batcher):
 
     def requeue(self, batch: Iterable[Pending]) -> None:
         for item in reversed(list(batch)):
-            sequence = self.owner.sequences.get(item.sequence)
-            if sequence is None:
+            sequence = item.sequence
+            if not isinstance(sequence, OpenSequence):  # a describe job: the shared queue
                 self.owner.requeue([item])
+                continue
+            if self.owner.sequences.get(sequence.id) is not sequence:  # it ended meanwhile
+                fail([item], queue_full(self.model_name))
                 continue
             sequence.busy = max(sequence.busy - 1, 0)
             if item.alive:
