@@ -32,7 +32,6 @@ else 400.
 from __future__ import annotations
 
 import asyncio
-import copy
 import uuid
 from collections import deque
 from collections.abc import Iterable
@@ -270,15 +269,12 @@ class WorkerQueue(Batcher):
         for sequence in ready[:limit]:
             item = sequence.queue.popleft()
             if item.deadline <= now:
-                item.future.set_exception(copy.copy(self._late(item, now)))
+                item.future.set_exception(self.owner.timeout_error(item, now))
                 self.owner.rest(sequence)
                 continue
             sequence.busy += 1
             batch.append(item)
         return batch
-
-    def _late(self, item: Pending, now: float) -> ServeError:
-        return self.owner.timeout_error(item, now)
 
     def requeue(self, batch: Iterable[Pending]) -> None:
         for item in reversed(list(batch)):

@@ -34,9 +34,10 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
+from typing import NamedTuple
 
 from jupyter_serve.server.batching import Batcher, Pending, fail
-from jupyter_serve.server.pool.delivery import stream, with_queue_ms
+from jupyter_serve.server.pool.delivery import pass_chunk, stream, with_queue_ms
 from jupyter_serve.server.pool.logs import LOGGER
 from jupyter_serve.server.pool.worker import SubprocessWorker, WorkerReply, WorkerState
 from jupyter_serve.wire.errors import ServeError
@@ -71,6 +72,16 @@ class Running:
         return InferenceRequest(request.request_id, request.headers)
 
 
+class Step(NamedTuple):
+    """A step sent to the worker: its answer to come, its requests, when it left, and the
+    mean queue time of the requests that joined with it."""
+
+    reply: asyncio.Future[WorkerReply]
+    items: list[Pending]
+    dispatched: float
+    queue_ms: float
+
+
 @dataclass(eq=False)
 class ContinuousBatch:
     """One worker's running batch of at most `capacity` requests (module docstring)."""
@@ -80,9 +91,6 @@ class ContinuousBatch:
     capacity: int
     record: Record | None = None
     running: dict[str, Running] = field(default_factory=dict)
-    stepped: list[Pending] = field(default_factory=list)  # the step in flight's requests
-    dispatched: float = 0.0  # when it left
-    queue_ms: float = 0.0  # the mean queue time of the requests that joined it
 
     async def serve(
         self,
@@ -96,7 +104,7 @@ class ContinuousBatch:
         answer tells who goes on, the next step leaves for the worker; the answer is
         written to the clients while the worker computes it.
         """
-        step: asyncio.Future[WorkerReply] | None = None
+        step: Step | None = None
         try:
             while self.worker.state is WorkerState.READY:
                 if step is None:
@@ -111,7 +119,7 @@ class ContinuousBatch:
                 answered()
         finally:
             if step is not None:
-                step.cancel()
+                step.reply.cancel()
             self.fail_all(ServeError("Worker died.", status_code=500))
 
     async def _joining(
@@ -121,7 +129,7 @@ class ContinuousBatch:
             return None
         return self.batcher.take_ready() or await next_batch()
 
-    def _next_step(self, taking: bool) -> asyncio.Future[WorkerReply] | None:
+    def _next_step(self, taking: bool) -> Step | None:
         """The next step at once, with the requests queued now, if any request runs."""
         self._drop_departed()
         if not self.running:
@@ -129,28 +137,25 @@ class ContinuousBatch:
         free = self.capacity - len(self.running)
         return self._launch(self.batcher.take_now(free) if taking else [])
 
-    def _launch(self, joining: list[Pending]) -> asyncio.Future[WorkerReply]:
+    def _launch(self, joining: list[Pending]) -> Step:
         """Send one step: the running requests (continuing ones without their bodies), then
         `joining`."""
         for item in joining:
             self.running[item.request.request_id] = Running(item)
         entries = list(self.running.values())
         items = [entry.item for entry in entries]
-        loop = asyncio.get_running_loop()
-        self.dispatched = loop.time()
-        self.queue_ms = sum(self.dispatched - item.arrival for item in joining) * 1000 \
+        dispatched = asyncio.get_running_loop().time()
+        queue_ms = sum(dispatched - item.arrival for item in joining) * 1000 \
             / max(len(joining), 1)  # fmt: skip
         requests = [entry.step_request() for entry in entries]
-        self.stepped = items
-        return asyncio.ensure_future(
-            self.worker.predict(requests, "predict", partial(stream, items))
-        )
+        reply = self.worker.predict(requests, "predict", partial(stream, items))
+        return Step(asyncio.ensure_future(reply), items, dispatched, queue_ms)
 
-    async def _answer(self, step: asyncio.Future[WorkerReply]) -> Callable[[], None]:
+    async def _answer(self, step: Step) -> Callable[[], None]:
         """Wait for a step; update who runs; return what writes its answers."""
-        items, dispatched, queue_ms = self.stepped, self.dispatched, self.queue_ms
+        items, dispatched, queue_ms = step.items, step.dispatched, step.queue_ms
         try:
-            reply = await step
+            reply = await step.reply
         except ServeError as error:
             self.fail_all(error)
             return lambda: None
@@ -171,7 +176,7 @@ class ContinuousBatch:
                         queued = (dispatched - item.arrival) * 1000
                         item.future.set_result(with_queue_ms(result, queued))
                 else:
-                    self._chunk(item, result)
+                    pass_chunk(item, result)
             if self.record is not None:
                 self.record(reply, len(items), queue_ms)
 
@@ -194,15 +199,6 @@ class ContinuousBatch:
                 entry.continuing = True
             deliveries.append((entry.item, result, last))
         return deliveries
-
-    @staticmethod
-    def _chunk(item: Pending, result: InferenceResult) -> None:
-        if item.on_chunk is None or not item.alive:
-            return
-        try:
-            item.on_chunk(result)
-        except Exception:  # one client's sink must not cut the others off
-            LOGGER.exception("Streaming to request %s failed", result.request_id)
 
     def _drop_departed(self) -> None:
         """Forget requests whose client left or timed out: the next step leaves them out."""

@@ -17,7 +17,7 @@ from jupyter_serve.server.pool.worker import WorkerReply
 from jupyter_serve.wire.errors import ServeError
 from jupyter_serve.wire.protocol import InferenceResult, StreamChunk
 
-__all__ = ["deliver", "fail", "stream", "with_queue_ms"]
+__all__ = ["deliver", "fail", "pass_chunk", "stream", "with_queue_ms"]
 
 
 def deliver(batch: list[Pending], reply: WorkerReply, dispatched: float) -> None:
@@ -51,9 +51,15 @@ def stream(batch: list[Pending], chunk: StreamChunk) -> None:
     sinks = {item.request.request_id: item for item in batch if item.on_chunk is not None}
     for result in chunk.results:
         item = sinks.get(result.request_id)
-        if item is None or item.on_chunk is None or not item.alive:
-            continue
-        try:
-            item.on_chunk(result)
-        except Exception:  # one client's sink must not cut the others off
-            LOGGER.exception("Streaming to request %s failed", result.request_id)
+        if item is not None:
+            pass_chunk(item, result)
+
+
+def pass_chunk(item: Pending, result: InferenceResult) -> None:
+    """Hand `result` to `item`'s sink, if it has one and its client still waits."""
+    if item.on_chunk is None or not item.alive:
+        return
+    try:
+        item.on_chunk(result)
+    except Exception:  # one client's sink must not cut the others off
+        LOGGER.exception("Streaming to request %s failed", result.request_id)
