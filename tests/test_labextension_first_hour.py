@@ -44,6 +44,14 @@ def handle(data, context):
     return [grid if context.get_request_header(i, "explain") == "True" else {"digit": 7}
             for i in range(len(data))]
 """
+STATEFUL_HANDLER = """
+def handle(data, context):
+    return None if data is None else [context.get_sequence_id(i) for i in range(len(data))]
+"""
+STATEFUL_CONFIG = (
+    "continuousBatching: true\nsequenceBatching: true\nsequenceMaxIdleMSec: 600000\n"
+    "maxNumSequence: 4\n"
+)
 BROKEN_HANDLER = "import missing_module_xyz\n\n\ndef handle(data, context):\n    return data\n"
 MISSING = "ModuleNotFoundError: No module named 'missing_module_xyz'"
 ONE_LINE = """dd => { const range = document.createRange(); range.selectNodeContents(dd);
@@ -69,6 +77,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
     root = tmp_path_factory.mktemp("lab")
     build_archive(root / "model_store", "mnist", "1.0", MNIST_HANDLER)
     build_archive(root / "model_store", "broken", "1.0", BROKEN_HANDLER)
+    build_archive(root / "model_store", "chat", "1.0", STATEFUL_HANDLER, STATEFUL_CONFIG)
     (root / "archives").mkdir()
     build_archive(root / "archives", "mnist", "1.0", MNIST_HANDLER + "\n# another build\n")
     with running_lab(root) as lab:
@@ -139,6 +148,24 @@ def test_the_panel_fits_the_default_sidebar_width(lab: Lab, server: LabServer) -
     lab.page.mouse.down()
     lab.page.mouse.move(start["x"] + 1, start["y"] + 200, steps=5)
     lab.page.mouse.up()
+
+
+def test_a_stateful_model_shows_its_sequences_and_steps_on_one_line(
+    lab: Lab, server: LabServer
+) -> None:
+    """A sequence-batching, continuously batched model: its card says how many sequences
+    are open (of maxNumSequence) and its steps per second, on one line at the default
+    sidebar width; a plain model's card has no such line."""
+    _register(server, "chat-1.0.mar")
+    with server.serve_client() as client:
+        client.post("predictions/chat", content=b"hi").raise_for_status()
+    lab.open_panel()
+    card = lab.card("chat", "1.0")
+    stateful = card.locator(".jp-ServeModel-stateful")
+    expect(stateful).to_have_text(re.compile(r"^1/4 sequence open · \d+(\.\d+)? steps/s$"))
+    assert stateful.evaluate(ONE_LINE) == 1, stateful.inner_text()
+    expect(lab.card("demo", "1.0").locator(".jp-ServeModel-stateful")).to_be_hidden()
+    lab.screenshot("stateful-card", card)
 
 
 def test_an_explanation_shows_the_heat_map_first(lab: Lab, server: LabServer) -> None:
