@@ -21,7 +21,8 @@ import asyncio
 import socket
 import struct
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
 
 from jupyter_serve.server.pool.logs import LOGGER
 from jupyter_serve.wire import protocol
@@ -186,7 +187,27 @@ class Channel:
     ) -> Frame:
         """Send one frame (`protocol.frame_parts`); return the worker's R or E after passing
         S frames on."""
-        await self.send(parts)
+        return await self.begin_exchange(parts, on_chunk)
+
+    def begin_exchange(
+        self, parts: Sequence[Buffer], on_chunk: ChunkCallback | None = None
+    ) -> Coroutine[Any, Any, Frame]:
+        """Write one frame now, before returning; the coroutine waits while the worker's
+        socket is full, passes S frames on and returns the R or E (`Disconnected` if the
+        socket is closed)."""
+        if self._transport.is_closing():
+            return self._answer(Disconnected("the socket is closed"), on_chunk)
+        for part in protocol.gathered(parts):
+            self._transport.write(part)
+        return self._answer(self._reader.drained, on_chunk)
+
+    async def _answer(
+        self, drained: asyncio.Future[None] | Disconnected | None, on_chunk: ChunkCallback | None
+    ) -> Frame:
+        if isinstance(drained, Disconnected):
+            raise drained
+        if drained is not None:
+            await drained  # a lost connection shows in `read_frame`, after any answer it sent
         reply = await self.read_frame()
         while reply.kind is Kind.STREAM:
             try:
@@ -195,17 +216,6 @@ class Channel:
                 raise Disconnected(str(exc)) from exc
             reply = await self.read_frame()
         return reply
-
-    async def send(self, parts: Sequence[Buffer]) -> None:
-        """Write a frame's parts, large bodies from their own buffers, and wait while the
-        worker's socket is full."""
-        if self._transport.is_closing():
-            raise Disconnected("the socket is closed")
-        for part in protocol.gathered(parts):
-            self._transport.write(part)
-        drained = self._reader.drained
-        if drained is not None:
-            await drained  # a lost connection shows in `read_frame`, after any answer it sent
 
     async def read_frame(self) -> Frame:
         """The next frame the worker sends, whatever its kind."""

@@ -47,6 +47,7 @@ __all__ = ["STREAM_NEXT", "ContinuousBatch", "goes_on"]
 
 STREAM_NEXT = "ts_stream_next"
 
+_SERVING = (WorkerState.READY, WorkerState.BUSY)
 Record = Callable[[WorkerReply, int, float], None]
 
 
@@ -106,7 +107,7 @@ class ContinuousBatch:
         """
         step: Step | None = None
         try:
-            while self.worker.state is WorkerState.READY:
+            while self.worker.state in _SERVING:  # BUSY: the step sent last runs
                 if step is None:
                     joining = await self._joining(next_batch, taking())
                     if joining is None and not self.running:
@@ -148,8 +149,8 @@ class ContinuousBatch:
         queue_ms = sum(dispatched - item.arrival for item in joining) * 1000 \
             / max(len(joining), 1)  # fmt: skip
         requests = [entry.step_request() for entry in entries]
-        reply = self.worker.predict(requests, "predict", partial(stream, items))
-        return Step(asyncio.ensure_future(reply), items, dispatched, queue_ms)
+        reply = self.worker.dispatch(requests, "predict", partial(stream, items))
+        return Step(reply, items, dispatched, queue_ms)
 
     async def _answer(self, step: Step) -> Callable[[], None]:
         """Wait for a step; update who runs; return what writes its answers."""

@@ -24,9 +24,9 @@ import os
 import signal
 import socket
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import datetime, timezone
-from typing import Protocol
+from typing import Any, Protocol
 
 from jupyter_serve.server.pool.channel import Channel, ChunkCallback
 from jupyter_serve.server.pool.environment import (
@@ -212,6 +212,12 @@ class WorkerProcess:
             Disconnected: the socket failed, closed or carried a malformed frame.
         """
         return await self._channel.exchange(parts, on_chunk)
+
+    def begin_exchange(
+        self, parts: Sequence[Buffer], on_chunk: ChunkCallback | None = None
+    ) -> Coroutine[Any, Any, Frame]:
+        """`exchange` with its frame written before returning (channel.Channel.begin_exchange)."""
+        return self._channel.begin_exchange(parts, on_chunk)
 
     async def exit_code(self) -> int | None:
         """The exit code once the process ended; kill it if it lingers without its socket."""

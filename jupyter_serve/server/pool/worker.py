@@ -26,10 +26,11 @@ import itertools
 import os
 import signal
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from enum import Enum
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from jupyter_serve._version import __version__
@@ -255,46 +256,72 @@ class SubprocessWorker:
         command: str = "predict",
         on_chunk: ChunkCallback | None = None,
     ) -> WorkerReply:
-        """Run one batch within `spec.response_timeout`.
+        """Run one batch within `spec.response_timeout` (`dispatch`, awaited)."""
+        return await self.dispatch(batch, command, on_chunk)
+
+    def dispatch(
+        self,
+        batch: Sequence[InferenceRequest],
+        command: str = "predict",
+        on_chunk: ChunkCallback | None = None,
+    ) -> asyncio.Future[WorkerReply]:
+        """Send one batch to the worker before returning; its answer to come.
 
         A streaming handler's intermediate results go to `on_chunk` as they arrive.
         The timeout covers the whole batch, streamed chunks included (it does not
-        restart on each chunk), as TorchServe's does.
+        restart on each chunk), as TorchServe's does. The frame is on the worker's
+        socket when this returns, so what the caller does next overlaps the batch.
 
-        Raises:
-            WorkerDied: the worker exited (507 if SIGKILLed from outside) or hung
-                past the timeout (it is then killed; 500).
+        The future raises:
+            WorkerDied: the worker exited (507 if SIGKILLed from outside), hung past the
+                timeout (it is then killed; 500) or was not READY.
             BatchFailed: the worker answered with an `E` frame; it keeps serving.
+            ServeError: the batch is too large to send (413); the worker is fine.
         """
+        loop = asyncio.get_running_loop()
+        try:
+            parts = self._batch_parts(batch, command)
+        except ServeError as exc:
+            failed: asyncio.Future[WorkerReply] = loop.create_future()
+            failed.set_exception(exc)
+            return failed
+        assert self._process is not None
+        self.state = WorkerState.BUSY
+        answer = self._process.begin_exchange(parts, on_chunk)
+        reply = asyncio.ensure_future(self._answer(answer))
+        reply.add_done_callback(partial(self._settled, answer))  # before any awaiter's
+        return reply
+
+    def _batch_parts(self, batch: Sequence[InferenceRequest], command: str) -> list[Buffer]:
         if self.state is not WorkerState.READY:
             raise WorkerDied(f"Worker {self.id} is {self.state.name}, not READY.")
         try:
-            parts = protocol.encode_infer_parts(list(batch), command)
+            return protocol.encode_infer_parts(list(batch), command)
         except protocol.ProtocolError as exc:  # over 4 GiB: the worker is fine
             raise ServeError(f"Batch too large to send: {exc}", status_code=413) from exc
-        self.state = WorkerState.BUSY
+
+    async def _answer(self, answer: Coroutine[Any, Any, Frame]) -> WorkerReply:
+        timeout = self.spec.response_timeout
+        timer = asyncio.get_running_loop().call_later(timeout, self._hung, timeout)
         try:
-            frame = await self._predict_frame(parts, on_chunk)
+            frame = await answer
+        except Disconnected:
+            code = await self._exit_code()
+            raise WorkerDied(status_code=self._death_status(code)) from None
         finally:
-            if self.state is WorkerState.BUSY:
-                self.state = WorkerState.READY
+            timer.cancel()
         if frame.kind is Kind.ERROR:
             raise BatchFailed.from_header(frame.header)
         return self._reply(frame)
 
-    async def _predict_frame(
-        self, request: Sequence[Buffer], on_chunk: ChunkCallback | None
-    ) -> Frame:
-        timeout = self.spec.response_timeout
-        try:
-            return await asyncio.wait_for(self._exchange(request, on_chunk), timeout)
-        except asyncio.TimeoutError:
-            self._note(f"No answer within response_timeout ({timeout:g} s): killing the worker")
-            self.kill()
-            raise WorkerDied() from None
-        except Disconnected:
-            code = await self._exit_code()
-            raise WorkerDied(status_code=self._death_status(code)) from None
+    def _settled(self, answer: Coroutine[Any, Any, Frame], _: object) -> None:
+        answer.close()  # unstarted if the reply was cancelled before it ran
+        if self.state is WorkerState.BUSY:
+            self.state = WorkerState.READY
+
+    def _hung(self, timeout: float) -> None:
+        self._note(f"No answer within response_timeout ({timeout:g} s): killing the worker")
+        self.kill()
 
     def _reply(self, frame: Frame) -> WorkerReply:
         try:
