@@ -11,8 +11,14 @@ for `seconds`; every answer's time to first chunk and to its end are measured fr
 request's scheduled start (no coordinated omission).
 
 Participants: jupyter_serve with `steps_cb` (`cb`), TorchServe 0.12 with `steps_cb`, and
-jupyter_serve with `steps_static` (`static`). `ratios` gives `cb_rps_vs_torchserve`,
-`cb_first_chunk_p50_vs_torchserve` and `cb_rps_vs_static_batching`.
+jupyter_serve with `steps_static` (`static`), at STEP_MS per step. `ratios` gives
+`cb_rps_vs_torchserve`, `cb_first_chunk_p50_vs_torchserve` and `cb_rps_vs_static_batching`.
+
+Then a sweep of smaller step costs (SWEEP_STEP_MS), continuous batching only, on both
+servers at the same fraction of that step's capacity: a server's fixed cost per step
+(its turnaround between two handler calls) weighs more as the step shrinks, so the
+ratio to TorchServe depends on the step cost, and the sweep shows how
+(`cb_rps_vs_torchserve_<N>ms`).
 """
 
 from __future__ import annotations
@@ -33,30 +39,34 @@ from jupyter_serve.archive import ArchiveSpec, build_mar
 
 BATCH = 8
 MEAN_STEPS = 8
-STEP_S = 0.005
+STEP_MS = 5.0
+SWEEP_STEP_MS = (2.0, 1.0)  # smaller steps, where the per-step overheads weigh more
 RATE_OF_CAPACITY = 0.8
 CONNECTIONS = 256
 JS_CB, TS_CB, JS_STATIC = "jupyter_serve_cb", "torchserve_cb", "jupyter_serve_static"
-CONFIG = (
-    "batchSize: 8\nmaxBatchDelay: 5\nminWorkers: 1\nmaxWorkers: 1\n"
-    f"handler:\n  step_ms: {STEP_S * 1000:g}\n"
-)
+CONFIG = "batchSize: 8\nmaxBatchDelay: 5\nminWorkers: 1\nmaxWorkers: 1\n"
 
 Log = Callable[[str], None]
 
 
-def capacity() -> float:
+def capacity(step_ms: float = STEP_MS) -> float:
     """Requests per second one worker's full continuous batch finishes."""
-    return BATCH / (MEAN_STEPS * STEP_S)
+    return BATCH / (MEAN_STEPS * step_ms / 1000)
+
+
+def cb_model(step_ms: float) -> str:
+    return "steps_cb" if step_ms == STEP_MS else f"steps_cb_{step_ms:g}ms"
 
 
 def build(store: Path) -> None:
-    """steps_cb.mar and steps_static.mar into `store`."""
+    """steps_cb.mar, steps_static.mar and a steps_cb_<N>ms.mar per swept step cost."""
     work = store / "steps-src"
     work.mkdir(parents=True, exist_ok=True)
-    for name, extra in (("steps_cb", "continuousBatching: true\n"), ("steps_static", "")):
+    models = [(cb_model(step), step, "continuousBatching: true\n")
+              for step in (STEP_MS, *SWEEP_STEP_MS)]  # fmt: skip
+    for name, step_ms, extra in (*models, ("steps_static", STEP_MS, "")):
         config = work / f"{name}.yaml"
-        config.write_text(CONFIG + extra)
+        config.write_text(f"{CONFIG}handler:\n  step_ms: {step_ms:g}\n{extra}")
         spec = ArchiveSpec(model_name=name, version="1.0",
                            handler=str(HANDLERS / "steps_handler.py"),
                            config_file=str(config), export_path=str(store), force=True)  # fmt: skip
@@ -153,45 +163,63 @@ def percentile(values: list[float], pct: float) -> float | None:
 
 
 def run(work: Path, store: Path, seconds: float, with_torchserve: bool, log: Log) -> dict[str, Any]:
-    """Every participant in turn, each alone on the machine; their points by name."""
+    """Every participant in turn, each alone on the machine; their points by name, then the
+    sweep of smaller step costs (continuous batching only, half as long)."""
     build(store)
-    rate = round(RATE_OF_CAPACITY * capacity(), 1)
-    participants: list[tuple[str, Callable[[], servers.Server], str]] = [
-        (JS_CB, lambda: servers.JupyterServe(work / "js", store), "steps_cb"),
-        (JS_STATIC, lambda: servers.JupyterServe(work / "js-static", store), "steps_static"),
-    ]
+    makers: dict[str, Callable[[str], servers.Server]] = {
+        JS_CB: lambda tag: servers.JupyterServe(work / f"js-{tag}", store),
+        JS_STATIC: lambda tag: servers.JupyterServe(work / f"js-static-{tag}", store),
+    }
     if with_torchserve:
         bin_dir = servers.ensure_torchserve_venv(work / "venv-ts.log")
-        participants.insert(1, (TS_CB, lambda: servers.TorchServe(work / "ts", store, bin_dir),
-                                "steps_cb"))  # fmt: skip
-    points: dict[str, Any] = {"rate": rate, "seconds": seconds}
-    for name, make, model in participants:
-        server = make()
-        try:
-            server.start()
-            server.register(model, BATCH, 5, 1)
-            asyncio.run(poisson(server.predict_url(model), server.headers, rate / 4, 1.0))
-            point = asyncio.run(poisson(server.predict_url(model), server.headers, rate, seconds))
-        finally:
-            server.stop()
-        points[name] = point
-        log(f"continuous batching, {name}: {point}")
+        makers[TS_CB] = lambda tag: servers.TorchServe(work / f"ts-{tag}", store, bin_dir)
+    rate = round(RATE_OF_CAPACITY * capacity(), 1)
+    points: dict[str, Any] = {"rate": rate, "seconds": seconds, "step_ms": STEP_MS}
+    for name in (JS_CB, TS_CB, JS_STATIC):
+        if name in makers:
+            model = "steps_static" if name == JS_STATIC else cb_model(STEP_MS)
+            points[name] = measure(makers[name](model), model, rate, seconds)
+            log(f"continuous batching, {name}: {points[name]}")
+    points["sweep"] = []
+    for step_ms in SWEEP_STEP_MS:
+        swept = {"step_ms": step_ms, "rate": round(RATE_OF_CAPACITY * capacity(step_ms), 1)}
+        for name in (JS_CB, TS_CB):
+            if name in makers:
+                model = cb_model(step_ms)
+                swept[name] = measure(makers[name](model), model, swept["rate"], seconds / 2)
+                log(f"continuous batching at {step_ms:g} ms steps, {name}: {swept[name]}")
+        points["sweep"].append(swept)
     return points
 
 
+def measure(server: servers.Server, model: str, rate: float, seconds: float) -> dict[str, Any]:
+    """One server's point: registered with one worker, warmed at a quarter of the rate."""
+    try:
+        server.start()
+        server.register(model, BATCH, 5, 1)
+        asyncio.run(poisson(server.predict_url(model), server.headers, rate / 4, 1.0))
+        return asyncio.run(poisson(server.predict_url(model), server.headers, rate, seconds))
+    finally:
+        server.stop()
+
+
 def ratios(points: dict[str, Any]) -> dict[str, float | None]:
-    def value(name: str, key: str) -> float | None:
-        point = points.get(name) or {}
-        found = point.get(key)
-        return None if found is None else float(found)
-
-    def ratio(a: float | None, b: float | None) -> float | None:
-        return None if a is None or not b else round(a / b, 3)
-
-    return {
-        "cb_rps_vs_torchserve": ratio(value(JS_CB, "rps"), value(TS_CB, "rps")),
-        "cb_first_chunk_p50_vs_torchserve": ratio(
-            value(JS_CB, "first_chunk_p50_ms"), value(TS_CB, "first_chunk_p50_ms")
-        ),
-        "cb_rps_vs_static_batching": ratio(value(JS_CB, "rps"), value(JS_STATIC, "rps")),
+    """The headline ratios at STEP_MS, then `cb_rps_vs_torchserve_<N>ms` per swept step."""
+    found = {
+        "cb_rps_vs_torchserve": ratio(points, JS_CB, TS_CB, "rps"),
+        "cb_first_chunk_p50_vs_torchserve": ratio(points, JS_CB, TS_CB, "first_chunk_p50_ms"),
+        "cb_rps_vs_static_batching": ratio(points, JS_CB, JS_STATIC, "rps"),
     }
+    for swept in points.get("sweep", []):
+        tag = f"{swept['step_ms']:g}ms"
+        found[f"cb_rps_vs_torchserve_{tag}"] = ratio(swept, JS_CB, TS_CB, "rps")
+        found[f"cb_first_chunk_p50_vs_torchserve_{tag}"] = ratio(
+            swept, JS_CB, TS_CB, "first_chunk_p50_ms"
+        )
+    return found
+
+
+def ratio(points: dict[str, Any], ours: str, theirs: str, key: str) -> float | None:
+    """points[ours][key] / points[theirs][key], None when either is missing."""
+    a, b = ((points.get(name) or {}).get(key) for name in (ours, theirs))
+    return None if a is None or not b else round(float(a) / float(b), 3)

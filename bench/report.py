@@ -313,13 +313,15 @@ def _stall_lines(results: Record) -> list[str]:
 def _continuous_lines(points: Record) -> list[str]:
     lines = ["| server | rate | req/s | first chunk p50 | p99 | end p50 | p99 | errors |",
              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    for name in (continuous.JS_CB, continuous.TS_CB, continuous.JS_STATIC):
-        point = points.get(name)
-        if point:
-            lines.append(f"| {name} | {points['rate']} | {point['rps']} | "
-                         f"{point['first_chunk_p50_ms']} | {point['first_chunk_p99_ms']} | "
-                         f"{point['latency_p50_ms']} | {point['latency_p99_ms']} | "
-                         f"{point['errors']} |")  # fmt: skip
+    for at in (points, *points.get("sweep", [])):
+        step = f" ({at['step_ms']:g} ms steps)" if "step_ms" in at else ""
+        for name in (continuous.JS_CB, continuous.TS_CB, continuous.JS_STATIC):
+            point = at.get(name)
+            if point:
+                lines.append(f"| {name}{step} | {at['rate']} | {point['rps']} | "
+                             f"{point['first_chunk_p50_ms']} | {point['first_chunk_p99_ms']} | "
+                             f"{point['latency_p50_ms']} | {point['latency_p99_ms']} | "
+                             f"{point['errors']} |")  # fmt: skip
     return lines
 
 

@@ -105,14 +105,20 @@ def test_continuous_part_streams_to_every_participant_and_reports(tmp_path: Path
     subprocess.run(argv, check=True, env=env, cwd=tmp_path, capture_output=True, timeout=600)
     results = json.loads(out.read_text())
     part = results["continuous"]
-    assert set(part) == {"rate", "seconds", "jupyter_serve_cb", "jupyter_serve_static"}
+    assert set(part) == {"rate", "seconds", "step_ms", "jupyter_serve_cb",
+                         "jupyter_serve_static", "sweep"}  # fmt: skip
     cb = part["jupyter_serve_cb"]
     assert cb["errors"] == 0
     assert cb["ok"] == cb["sent"] > 0
     assert cb["first_chunk_p50_ms"] <= cb["latency_p50_ms"]
+    assert [swept["step_ms"] for swept in part["sweep"]] == [2.0, 1.0]
+    assert all(swept["jupyter_serve_cb"]["ok"] > 0 for swept in part["sweep"])
     assert isinstance(results["ratios"]["cb_rps_vs_static_batching"], float)
     assert results["ratios"]["cb_rps_vs_torchserve"] is None
-    assert "| jupyter_serve_static |" in out.with_suffix(".md").read_text()
+    assert results["ratios"]["cb_rps_vs_torchserve_1ms"] is None
+    markdown = out.with_suffix(".md").read_text()
+    assert "| jupyter_serve_static (5 ms steps) |" in markdown
+    assert "| jupyter_serve_cb (1 ms steps) |" in markdown
     assert leftovers(tmp_path) == []
 
 
