@@ -56,6 +56,7 @@ BUILTIN_HANDLERS = frozenset(
     {
         "base_handler",
         "text_classifier",
+        "causal_lm",
         "image_classifier",
         "object_detector",
         "image_segmenter",

@@ -8,7 +8,8 @@ module; each name below is imported on first access.
 * The default handlers, one class per module so a manifest can name the
   module: `ImageClassifier` (image_classifier), `ImageSegmenter`
   (image_segmenter), `ObjectDetector` (object_detector), `TextClassifier`
-  (text_classifier).
+  (text_classifier), and jupyter_serve's `CausalLM` (causal_lm, a Hugging Face language
+  model; the `llm` extra).
 * `handler_factory` (factory): a function entry point built from plain functions.
 * `PredictionException` (exceptions), `load_label_mapping` and
   `map_class_to_label` (utils).
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from jupyter_serve.handlers.base import BaseHandler
+    from jupyter_serve.handlers.causal_lm import CausalLM
     from jupyter_serve.handlers.exceptions import PredictionException
     from jupyter_serve.handlers.factory import handler_factory
     from jupyter_serve.handlers.image_classifier import ImageClassifier
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
 _LOCATIONS = {
     "BaseHandler": "base",
     "VisionHandler": "vision",
+    "CausalLM": "causal_lm",
     "ImageClassifier": "image_classifier",
     "ImageSegmenter": "image_segmenter",
     "ObjectDetector": "object_detector",
@@ -44,11 +47,18 @@ _LOCATIONS = {
 }
 
 #: The built-in handler names a manifest may use, as TorchServe's default handlers.
-DEFAULT_HANDLERS = ("image_classifier", "image_segmenter", "object_detector", "text_classifier")
+DEFAULT_HANDLERS = (
+    "image_classifier",
+    "image_segmenter",
+    "object_detector",
+    "text_classifier",
+    "causal_lm",
+)
 
 __all__ = [
     "DEFAULT_HANDLERS",
     "BaseHandler",
+    "CausalLM",
     "ImageClassifier",
     "ImageSegmenter",
     "ObjectDetector",

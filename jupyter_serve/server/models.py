@@ -284,13 +284,16 @@ def resolve_spec(
     model_url: str = "",
     gpus: int | None = None,
 ) -> ModelSpec:
-    """The spec of the model in `model_dir` (extracted), merging defaults < yaml < REST."""
+    """The spec of the model in `model_dir` (extracted), merging defaults < the handler's
+    (HANDLER_DEFAULTS) < yaml < REST."""
     folder = Path(model_dir)
     params = params or RegisterParams()
     defaults = defaults or ServerDefaults()
     manifest = read_manifest(folder)
     config = load_model_config(folder, manifest)
+    handler = params.handler or manifest.model.handler or ""
     values = _default_values(defaults)
+    values.update(HANDLER_DEFAULTS.get(handler, {}))
     values.update(config.settings)
     values.update(_rest_values(params))
     values.update(_workers(defaults.default_workers, config.settings, params.initial_workers))
@@ -299,7 +302,7 @@ def resolve_spec(
         model_name=params.model_name or manifest.model.model_name or folder.name,
         version=manifest.model.model_version or "1.0",
         model_dir=str(folder),
-        handler=params.handler or manifest.model.handler or "",
+        handler=handler,
         manifest=manifest.to_dict(),
         model_url=model_url,
         runtime=params.runtime or manifest.runtime,
@@ -308,6 +311,14 @@ def resolve_spec(
         model_metrics=_model_metrics(folder, config, defaults),
         **values,
     )
+
+
+HANDLER_DEFAULTS: dict[str, dict[str, Any]] = {
+    # Language models are served token by token (jupyter_serve/handlers/causal_lm.py).
+    "causal_lm": {"continuous_batching": True, "batch_size": 8},
+}
+"""Settings a built-in handler changes from the server's defaults (the yaml and the
+registration still win)."""
 
 
 def _default_values(defaults: ServerDefaults) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from jupyter_serve.server.http import (
     kserve,
     management,
     metrics,
+    openai,
     openapi,
     store,
     summary,
@@ -44,6 +45,7 @@ ROUTES: list[tuple[str, type[Any]]] = [
     *archives.ROUTES,
     *metrics.ROUTES,
     *kserve.ROUTES,
+    *openai.ROUTES,
     *openapi.ROUTES,
     *aliases.LEGACY_ROUTES,
     *keys.ROUTES,  # after the legacy routes: `keys/predict` stays a model named "keys"

@@ -290,7 +290,12 @@ class ServeRoute(ExtensionHandlerMixin, APIHandler):
         self.set_header("Content-Type", "application/json")
         if error.status_code == 405:  # RFC 9110: a 405 says which methods the resource has
             self.set_header("Allow", ", ".join(self.allowed_methods()))
-        self.finish(error.body())
+        self.finish(self.error_body(error))
+
+    def error_body(self, error: ServeError) -> bytes:
+        """The body of an error answer: TorchServe's error JSON (the OpenAI routes write
+        OpenAI's)."""
+        return error.body()
 
     def allowed_methods(self) -> list[str]:
         """The methods this route answers (OPTIONS always), but the one just refused."""

@@ -29,7 +29,7 @@ from tornado.http1connection import HTTP1Connection
 
 from jupyter_serve.server.http.access import EXECUTE, READ, allow
 from jupyter_serve.server.http.base import ServeRoute
-from jupyter_serve.server.http.exchange import MODEL_PATH, Exchange, Job
+from jupyter_serve.server.http.exchange import MODEL_PATH, Exchange, Job, Writer
 from jupyter_serve.server.http.openapi import model_api
 from jupyter_serve.server.http.requests import to_inference_request
 from jupyter_serve.wire.errors import ServeError
@@ -64,10 +64,13 @@ class InferenceRoute(ServeRoute):
         """
         if self._gone:
             return
-        writer = HandlerWriter(self)
-        self._exchange = Exchange(writer, self.settings, self.request_id, self.log)
+        self._exchange = Exchange(self.make_writer(), self.settings, self.request_id, self.log)
         self._exchange.start(self.request, prepare)
         await self._exchange.finished()
+
+    def make_writer(self) -> Writer:
+        """What writes this route's answers: the handler's result as TorchServe sends it."""
+        return HandlerWriter(self)
 
     def on_connection_close(self) -> None:
         """The client went away: its exchange drops the request (the batcher skips it)."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,6 +95,7 @@ class Model:
     extracted: Path | None = None  # the folder we extracted into (ours to remove)
     downloaded: Path | None = None  # the archive we downloaded (ours to remove)
     loaded_at_startup: bool = False
+    registered_at: float = field(default_factory=time.time)
 
     @property
     def name(self) -> str:
@@ -131,6 +133,10 @@ class ModelRegistry:
         if model is None:
             raise ModelVersionNotFound(f"Model version: {wanted} does not exist for model: {name}")
         return model
+
+    def names(self) -> list[str]:
+        """Every registered model name, sorted."""
+        return sorted(self._defaults)
 
     def versions(self, name: str) -> list[Model]:
         """Every registered version of `name`, by version string."""

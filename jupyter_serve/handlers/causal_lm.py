@@ -1,0 +1,225 @@
+"""`CausalLM`: the built-in handler `causal_lm`, a Hugging Face causal language model.
+
+The model folder is what `save_pretrained` writes for a causal LM and its tokenizer
+(config.json, model.safetensors, tokenizer.json, tokenizer_config.json, its chat
+template...), packed as the archive's extra files:
+
+    jupyter-serve-archiver --model-name tinylm --version 1.0 --handler causal_lm \\
+        --extra-files config.json,model.safetensors,tokenizer.json,...
+
+Requests are read by jupyter_serve/wire/generation.py (a prompt or chat messages,
+`max_new_tokens`, `temperature`, `top_p`, `seed`, `stop`). With continuous batching (on by
+default for this handler, server/models.py) each call is one step of every running
+request: a new request is tokenized (its chat template applied) and prefilled, a running
+one decodes one token against its own KV cache (jupyter_serve/handlers/lm_generation.py),
+and each answers that step's text as one chunk; a request stays while its generation
+goes on (`context.stopping_criteria`). A request the server no longer sends (its client
+left) is forgotten at once. With `continuousBatching: false` a call runs its batch to the
+end, streaming each step (`send_intermediate_predict_response`).
+
+A chunk is the text as it is decoded (UTF-8; never half a character), or, for a request
+with `"details": true` (the OpenAI routes), a JSON object
+`{"text", "finish_reason", "prompt_tokens", "completion_tokens"}` on a line of its own
+(`application/x-ndjson`). A request the handler
+refuses (bad fields, a prompt past the context window) gets a 400 with TorchServe's error
+JSON plus OpenAI's `param` and `error_code`.
+
+`handler:` options in model-config.yaml: `dtype` ("float32", "bfloat16", "float16"),
+`max_prompt_chars` (longer prompts are refused before tokenizing, default 64 characters
+per token of the context window).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from typing import Any
+
+import torch
+
+from jupyter_serve.handlers.lm_generation import Generation
+from jupyter_serve.wire.generation import GenerationRequest, RequestError, read_request
+from jupyter_serve.worker.streaming import send_intermediate_predict_response
+
+__all__ = ["CausalLM", "context_window", "device_for"]
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+CHARS_PER_TOKEN_BOUND = 64
+TEXT_TYPE = "text/plain; charset=utf-8"
+DETAILS_TYPE = "application/x-ndjson"
+
+
+def device_for(gpu_id: Any, cuda_available: bool) -> torch.device:
+    """The worker's GPU (`gpu_id` of its context: CUDA_VISIBLE_DEVICES names one) if
+    there is one, else the CPU."""
+    if gpu_id is None or not cuda_available:
+        return torch.device("cpu")
+    return torch.device(f"cuda:{int(gpu_id)}")
+
+
+def context_window(config: Any, tokenizer: Any) -> int:
+    """The longest sequence the model takes: its config's positions, else the tokenizer's."""
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return int(min(getattr(tokenizer, "model_max_length", 2048), 1 << 20))
+
+
+class CausalLM:
+    """Serves a causal LM folder, step by step (module docstring)."""
+
+    def __init__(self) -> None:
+        self.generations: dict[str, Generation] = {}
+        self.initialized = False
+
+    def initialize(self, context: Any) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        properties = context.system_properties
+        config = context.model_yaml_config or {}
+        options = config.get("handler") or {}
+        folder = properties["model_dir"]
+        self.device = device_for(properties.get("gpu_id"), torch.cuda.is_available())
+        self.tokenizer = AutoTokenizer.from_pretrained(folder)
+        dtype = DTYPES.get(str(options.get("dtype", "float32")), torch.float32)
+        model: Any = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+        self.model = model.to(self.device).eval()
+        self.window = context_window(self.model.config, self.tokenizer)
+        self.max_prompt_chars = int(options.get("max_prompt_chars",
+                                                CHARS_PER_TOKEN_BOUND * self.window))  # fmt: skip
+        self.end_ids = self._end_ids()
+        self.continuous = config.get("continuousBatching", True) is not False
+        self.initialized = True
+
+    def _end_ids(self) -> frozenset[int]:
+        found: set[int] = set()
+        for source in (getattr(self.model, "generation_config", None), self.model.config,
+                       self.tokenizer):  # fmt: skip
+            value = getattr(source, "eos_token_id", None)
+            found.update([value] if isinstance(value, int) else value or [])
+        return frozenset(found)
+
+    # ---- a call ----
+
+    def handle(self, data: Sequence[Mapping[str, Any]], context: Any) -> list[bytes]:
+        ids = [str(context.get_request_id(idx)) for idx in range(len(data))]
+        if self.continuous:
+            return self.step(data, ids, context)
+        return self.whole(data, ids, context)
+
+    def step(self, data: Sequence[Mapping[str, Any]], ids: list[str], context: Any) -> list[bytes]:
+        """One step of every running request; new ones join (module docstring)."""
+        for gone in set(self.generations) - set(ids):
+            del self.generations[gone]  # its client left: the server no longer sends it
+        chunks: list[bytes] = []
+        criteria: list[Callable[[Any], bool | None]] = []
+        for idx, (row, request_id) in enumerate(zip(data, ids, strict=True)):
+            generation = self.generations.get(request_id)
+            first = generation is None
+            if generation is None:
+                try:
+                    generation = self.start(row)
+                except RequestError as error:
+                    chunks.append(self.refuse(error, idx, context))
+                    criteria.append(_plain)
+                    continue
+                self.generations[request_id] = generation
+            text = generation.step(self.model, self.device)
+            chunks.append(_chunk(generation, text))
+            context.set_response_content_type(idx, _content_type(generation))
+            criteria.append(partial(self._ends, request_id, first))
+        context.stopping_criteria = criteria
+        return chunks
+
+    def whole(self, data: Sequence[Mapping[str, Any]], ids: list[str], context: Any) -> list[bytes]:
+        """Every request of the batch to its end, each step streamed but the last."""
+        running: dict[int, Generation] = {}
+        chunks: list[bytes] = [b""] * len(ids)
+        for idx, row in enumerate(data):
+            try:
+                running[idx] = self.start(row)
+            except RequestError as error:
+                chunks[idx] = self.refuse(error, idx, context)
+        while True:
+            for idx, generation in running.items():
+                if generation.finish_reason is None:
+                    chunks[idx] = _chunk(generation, generation.step(self.model, self.device))
+                    context.set_response_content_type(idx, _content_type(generation))
+            if all(generation.finish_reason for generation in running.values()):
+                return chunks
+            going = {idx: ids[idx] for idx, g in running.items() if g.finish_reason is None}
+            send_intermediate_predict_response(chunks, going, "Intermediate", 200, context)
+
+    def start(self, row: Mapping[str, Any]) -> Generation:
+        """A new request's generation, its prompt tokenized and checked against the window."""
+        request = read_request(row)
+        prompt_ids = self.prompt_ids(request)
+        room = self.window - len(prompt_ids)
+        wanted = request.max_new_tokens
+        if room < 1 or (wanted is not None and wanted > room):
+            where = "messages" if request.messages is not None else "prompt"
+            asked = f" and {wanted} in the completion" if wanted is not None else ""
+            raise RequestError(
+                f"This model's maximum context length is {self.window} tokens. However, you "
+                f"requested {len(prompt_ids) + (wanted or 1)} tokens ({len(prompt_ids)} in "
+                f"the {where}{asked}). Please reduce the length of the {where}.",
+                where, "context_length_exceeded",
+            )  # fmt: skip
+        return Generation(request, prompt_ids, wanted or room, self.tokenizer, self.end_ids)
+
+    def prompt_ids(self, request: GenerationRequest) -> list[int]:
+        """The prompt's tokens: the chat template over the messages, or the prompt text."""
+        if request.messages is not None:
+            if sum(len(m["content"]) for m in request.messages) > self.max_prompt_chars:
+                raise _too_long("messages", self.window)
+            if not getattr(self.tokenizer, "chat_template", None):
+                raise RequestError("This model has no chat template: use completions with a "
+                                   "prompt.", "messages")  # fmt: skip
+            encoded: Any = self.tokenizer.apply_chat_template(
+                list(request.messages), add_generation_prompt=True, tokenize=True
+            )
+            ids: Any = encoded["input_ids"] if isinstance(encoded, Mapping) else encoded
+            return [int(token) for token in ids]
+        assert request.prompt is not None
+        if len(request.prompt) > self.max_prompt_chars:
+            raise _too_long("prompt", self.window)
+        return [int(token) for token in self.tokenizer(request.prompt)["input_ids"]]
+
+    def refuse(self, error: RequestError, idx: int, context: Any) -> bytes:
+        context.set_response_status(400, "Bad Request", idx)
+        context.set_response_content_type(idx, "application/json")
+        return json.dumps(error.to_json()).encode()
+
+    def _ends(self, request_id: str, first: bool, _item: Any) -> bool | None:
+        """Whether the request's answer ends with this step (None: it is one plain answer)."""
+        generation = self.generations.get(request_id)
+        if generation is None or generation.finish_reason is None:
+            return False
+        del self.generations[request_id]
+        return None if first else True
+
+
+def _plain(_item: Any) -> None:
+    return None
+
+
+def _too_long(where: str, window: int) -> RequestError:
+    return RequestError(f"This model's maximum context length is {window} tokens; the "
+                        f"{where} is far longer.", where, "context_length_exceeded")  # fmt: skip
+
+
+def _chunk(generation: Generation, text: str) -> bytes:
+    """A step's chunk: its text, or with details one JSON line."""
+    if not generation.request.details:
+        return text.encode()
+    return json.dumps({
+        "text": text, "finish_reason": generation.finish_reason,
+        "prompt_tokens": generation.prompt_tokens,
+        "completion_tokens": generation.completion_tokens,
+    }).encode() + b"\n"  # fmt: skip
+
+
+def _content_type(generation: Generation) -> str:
+    return DETAILS_TYPE if generation.request.details else TEXT_TYPE

@@ -1,0 +1,103 @@
+"""One request's generation in the `causal_lm` handler: its KV cache, its tokens, its text.
+
+A `Generation` advances one token per `step`: the first step runs the whole prompt
+(prefill) and each later one the last token against the request's own KV cache, so a
+request's numbers never depend on the other requests of the batch: at temperature 0 it
+answers exactly what greedy `generate()` answers for the same prompt. Sampling uses the
+request's own generator (seeded by `seed`, else at random): a seed reproduces the answer
+whatever runs beside it. A step returns the text now complete (jupyter_serve/handlers/
+lm_text.py holds back half characters and what may begin a stop sequence); `finish_reason`
+is set once the answer is over: "stop" (end of sequence token or stop sequence) or
+"length" (`max_new_tokens`, or the context window).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from jupyter_serve.handlers.lm_text import Detokenizer, StopWatch
+from jupyter_serve.wire.generation import GenerationRequest
+
+__all__ = ["Generation", "choose_token"]
+
+
+class Generation:
+    """The state of one request between steps (module docstring)."""
+
+    def __init__(
+        self,
+        request: GenerationRequest,
+        prompt_ids: Sequence[int],
+        max_new_tokens: int,
+        tokenizer: Any,
+        end_ids: frozenset[int],
+    ) -> None:
+        self.request = request
+        self.prompt_ids = list(prompt_ids)
+        self.max_new_tokens = max_new_tokens
+        self.end_ids = end_ids
+        self.generated: list[int] = []
+        self.cache: Any = None
+        self.finish_reason: str | None = None
+        seed = request.seed if request.seed is not None else secrets.randbits(63)
+        self.generator = torch.Generator().manual_seed(seed)
+        self.text = Detokenizer(lambda ids: tokenizer.decode(ids, skip_special_tokens=True))
+        self.stops = StopWatch(request.stop)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return len(self.prompt_ids)
+
+    @property
+    def completion_tokens(self) -> int:
+        return len(self.generated)
+
+    def step(self, model: Any, device: torch.device) -> str:
+        """Run one forward pass and take one token; the text it completes."""
+        fresh = self.cache is None
+        ids = self.prompt_ids if fresh else self.generated[-1:]
+        with torch.inference_mode():
+            out = model(input_ids=torch.tensor([ids], device=device),
+                        past_key_values=self.cache, use_cache=True)  # fmt: skip
+        self.cache = out.past_key_values
+        token = choose_token(out.logits[0, -1], self.request, self.generator)
+        return self._take(token)
+
+    def _take(self, token: int) -> str:
+        if token in self.end_ids:
+            return self._end("stop")
+        self.generated.append(token)
+        text, stopped = self.stops.feed(self.text.push(token))
+        if stopped:
+            self.finish_reason = "stop"
+            return text
+        if len(self.generated) >= self.max_new_tokens:
+            return text + self._end("length")
+        return text
+
+    def _end(self, reason: str) -> str:
+        """The text still held back, as the answer ends for `reason` (or at a stop sequence
+        the held text completes)."""
+        text, stopped = self.stops.feed(self.text.flush())
+        self.finish_reason = "stop" if stopped else reason
+        return text if stopped else text + self.stops.flush()
+
+
+def choose_token(
+    logits: torch.Tensor, request: GenerationRequest, generator: torch.Generator
+) -> int:
+    """The next token: the most likely at temperature 0, else sampled with top-p."""
+    if request.temperature == 0.0:
+        return int(torch.argmax(logits))
+    scores = logits.float().cpu() / request.temperature
+    probs = torch.softmax(scores, dim=-1)
+    if request.top_p < 1.0:
+        ordered, order = torch.sort(probs, descending=True)
+        before = torch.cumsum(ordered, dim=-1) - ordered  # mass of the more likely tokens
+        ordered[before >= request.top_p] = 0.0  # keep the smallest set reaching top_p
+        probs = torch.zeros_like(probs).scatter(0, order, ordered)
+    return int(torch.multinomial(probs, 1, generator=generator))

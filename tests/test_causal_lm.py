@@ -1,0 +1,195 @@
+"""The built-in `causal_lm` handler in a real worker process, stepped as the server steps a
+continuous batch: each call one token of every running request, new requests joining,
+a request the server stops sending forgotten. Its answers are compared with `generate()`
+on the same folder in this process."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lm_models import greedy, prompt_ids, tiny_lm
+from worker_harness import WorkerProcess, request, write_model
+
+from jupyter_serve.handlers.causal_lm import context_window, device_for
+from jupyter_serve.wire.protocol import InferenceRequest, InferenceResult, decode_results
+
+__all__ = ["tiny_lm"]
+
+PROMPT = "The list type"
+CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is a dict?"}]
+
+
+@pytest.fixture(scope="module")
+def worker(tiny_lm: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
+    """One worker with the tiny LM loaded (continuous batching: the handler's default)."""
+    folder = tmp_path_factory.mktemp("causal-lm") / "tinylm"
+    shutil.copytree(tiny_lm, folder)
+    write_model(folder, {}, handler="causal_lm")
+    with WorkerProcess() as process:
+        loaded = process.load(folder, "causal_lm", model_yaml_config={})
+        assert loaded.header["status"] == 200, process.errors()
+        yield process
+
+
+class Stepper:
+    """Drives a worker as ContinuousBatch does: new requests with their body, running ones
+    by id alone, until each answer says it ends."""
+
+    def __init__(self, worker: WorkerProcess) -> None:
+        self.worker = worker
+        self.running: list[str] = []
+        self.new: list[InferenceRequest] = []
+        self.chunks: dict[str, list[InferenceResult]] = {}
+
+    def add(self, request_id: str, body: dict[str, Any]) -> None:
+        self.new.append(request(request_id, body))
+        self.chunks[request_id] = []
+
+    def step(self, leave: tuple[str, ...] = ()) -> None:
+        self.running = [rid for rid in self.running if rid not in leave]
+        batch = [InferenceRequest(rid, {}) for rid in self.running] + self.new
+        self.running += [r.request_id for r in self.new]
+        self.new = []
+        for result in self.worker.results(*batch):
+            self.chunks[result.request_id].append(result)
+            if result.headers.get("ts_stream_next") != "true":
+                self.running.remove(result.request_id)
+
+    def run(self) -> None:
+        while self.running or self.new:
+            self.step()
+
+    def text(self, request_id: str) -> str:
+        return b"".join(r.body for r in self.chunks[request_id]).decode()
+
+
+def test_greedy_answers_are_generate_s_alone_and_beside_others(
+    worker: WorkerProcess, tiny_lm: Path
+) -> None:
+    alone = Stepper(worker)
+    alone.add("a", {"prompt": PROMPT, "max_new_tokens": 12})
+    alone.run()
+    assert alone.text("a") == greedy(tiny_lm, 12, prompt=PROMPT)
+    assert len(alone.chunks["a"]) == 12  # one chunk per token, the last one ends it
+    assert alone.chunks["a"][-1].headers["ts_stream_next"] == "false"
+
+    joined = Stepper(worker)
+    joined.add("long", {"prompt": "def main():", "max_new_tokens": 20})
+    joined.step()
+    joined.step()
+    joined.add("b", {"prompt": PROMPT, "max_new_tokens": 12})  # joins a running batch
+    joined.add("chat", {"messages": CHAT, "max_new_tokens": 9})
+    joined.run()
+    assert joined.text("b") == alone.text("a")
+    assert joined.text("long") == greedy(tiny_lm, 20, prompt="def main():")
+    assert joined.text("chat") == greedy(tiny_lm, 9, messages=CHAT)
+
+
+def test_a_seed_reproduces_a_sampled_answer_whatever_runs_beside_it(worker: WorkerProcess) -> None:
+    sampled = {"prompt": PROMPT, "max_new_tokens": 10, "temperature": 1.0, "top_p": 0.9}
+    alone = Stepper(worker)
+    alone.add("s", {**sampled, "seed": 7})
+    alone.run()
+    crowded = Stepper(worker)
+    crowded.add("other", {**sampled, "max_new_tokens": 4})
+    crowded.step()
+    crowded.add("s", {**sampled, "seed": 7})
+    crowded.add("s8", {**sampled, "seed": 8})
+    crowded.run()
+    assert crowded.text("s") == alone.text("s")
+    assert crowded.text("s8") != alone.text("s")
+
+
+def test_a_stop_sequence_ends_the_answer_before_it(worker: WorkerProcess, tiny_lm: Path) -> None:
+    full = greedy(tiny_lm, 16, prompt=PROMPT)
+    stop = full[5:7]  # two characters from the middle of the greedy answer
+    stepper = Stepper(worker)
+    stepper.add("s", {"prompt": PROMPT, "max_new_tokens": 16, "stop": [stop], "details": True})
+    stepper.run()
+    lines = [json.loads(r.body) for r in stepper.chunks["s"]]
+    assert "".join(line["text"] for line in lines) == full[: full.index(stop)]
+    assert lines[-1]["finish_reason"] == "stop"
+    assert [line["finish_reason"] for line in lines[:-1]] == [None] * (len(lines) - 1)
+    assert lines[-1]["completion_tokens"] < 16
+    assert lines[-1]["prompt_tokens"] == len(prompt_ids(tiny_lm, PROMPT))
+
+
+def test_every_chunk_is_whole_utf8_text(worker: WorkerProcess, tiny_lm: Path) -> None:
+    """Each chunk decodes as UTF-8 on its own (tests/test_lm_text.py holds a character
+    split across tokens back), and together they are the whole answer."""
+    stepper = Stepper(worker)
+    stepper.add("u", {"prompt": "x é", "max_new_tokens": 40})
+    stepper.run()
+    for chunk in stepper.chunks["u"]:
+        chunk.body.decode("utf-8")  # strict: raises on half a character
+        assert chunk.content_type == "text/plain; charset=utf-8"
+    assert stepper.text("u") == greedy(tiny_lm, 40, prompt="x é")
+
+
+def test_a_request_the_server_stops_sending_is_forgotten(worker: WorkerProcess) -> None:
+    stepper = Stepper(worker)
+    stepper.add("gone", {"prompt": PROMPT, "max_new_tokens": 50})
+    stepper.add("stays", {"prompt": PROMPT, "max_new_tokens": 3})
+    stepper.step()
+    stepper.step(leave=("gone",))  # its client left: not in the next step
+    stepper.run()
+    [again] = worker.results(InferenceRequest("gone", {}))  # by id alone: a new request now
+    assert again.status == 400
+    assert "prompt" in json.loads(again.body)["message"]
+
+
+def test_refusals_are_400s_with_openai_s_param_and_code(worker: WorkerProcess) -> None:
+    too_long = request("long", {"prompt": "word " * 600})
+    too_many = request("many", {"prompt": "hi", "max_new_tokens": 5000})
+    bad_role = request("role", {"messages": [{"role": "wizard", "content": "hi"}]})
+    fine = request("fine", {"prompt": "hi", "max_new_tokens": 1})
+    results = {r.request_id: r for r in worker.results(too_long, too_many, bad_role, fine)}
+    bodies = {rid: json.loads(r.body) for rid, r in results.items() if rid != "fine"}
+    assert {rid: r.status for rid, r in results.items()} == \
+        {"long": 400, "many": 400, "role": 400, "fine": 200}  # fmt: skip
+    assert (bodies["long"]["param"], bodies["long"]["error_code"]) == \
+        ("prompt", "context_length_exceeded")  # fmt: skip
+    assert "maximum context length is 512 tokens" in bodies["many"]["message"]
+    assert bodies["role"]["param"] == "messages[0].role"
+    assert "ts_stream_next" not in results["fine"].headers  # one token: a plain answer
+
+
+def test_without_continuous_batching_a_call_streams_its_batch_to_the_end(
+    tiny_lm: Path, tmp_path: Path
+) -> None:
+    folder = tmp_path / "tinylm"
+    shutil.copytree(tiny_lm, folder)
+    write_model(folder, {}, handler="causal_lm")
+    with WorkerProcess() as process:
+        config = {"continuousBatching": False}
+        assert process.load(folder, "causal_lm", model_yaml_config=config).header["status"] == 200
+        first = request("a", {"prompt": PROMPT, "max_new_tokens": 5})
+        chunks, final = process.streamed(first, request("b", {"prompt": "x", "max_new_tokens": 2}))
+    texts: dict[str, bytes] = {"a": b"", "b": b""}
+    for chunk in chunks:
+        for result in chunk.results:
+            texts[result.request_id] += result.body
+    for result in decode_results(final):
+        texts[result.request_id] += result.body
+    assert texts["a"].decode() == greedy(tiny_lm, 5, prompt=PROMPT)
+    assert texts["b"].decode() == greedy(tiny_lm, 2, prompt="x")
+    assert len(chunks) == 4  # five steps: four streamed, the last one is the answer
+
+
+def test_devices_and_windows_from_what_the_worker_is_given() -> None:
+    class Config:
+        max_position_embeddings = 2048
+
+    class Tokenizer:
+        model_max_length = 1024
+
+    assert str(device_for(None, cuda_available=True)) == "cpu"
+    assert str(device_for(1, cuda_available=False)) == "cpu"
+    assert str(device_for(0, cuda_available=True)) == "cuda:0"
+    assert context_window(Config(), Tokenizer()) == 2048
+    assert context_window(object(), Tokenizer()) == 1024
