@@ -203,6 +203,7 @@ async def test_a_stateful_model_shows_its_open_sequences_and_steps(
     await register(jp_serverapp, "stateful", model_config=SEQUENCE_CONFIG)
     before = _row(await _summary(jp_fetch), "stateful", "1.0")
     assert (before["continuousBatching"], before["sequences"]) == (True, {"open": 0, "max": 3})
+    assert before["steps"] == 0
     answer = await jp_fetch("serve", "predictions", "stateful", method="POST", body=b"hi",
                             headers={"Content-Type": "application/octet-stream"})  # fmt: skip
     assert answer.headers["ts_request_sequence_id"].startswith("ts-seq-")
@@ -210,5 +211,6 @@ async def test_a_stateful_model_shows_its_open_sequences_and_steps(
     after = _row(summary, "stateful", "1.0")
     assert after["sequences"] == {"open": 1, "max": 3}  # open until its idle time passes
     assert after["stepsPerSecond"] > 0
+    assert after["steps"] == 1  # one request, answered in one step
     plain = _row(summary, "plain", "1.0")
     assert (plain["continuousBatching"], plain["sequences"]) == (False, None)

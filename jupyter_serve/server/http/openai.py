@@ -37,7 +37,7 @@ from jupyter_serve.server.registry import Model
 from jupyter_serve.wire.errors import RequestTooLarge, ServeError
 from jupyter_serve.wire.protocol import InferenceRequest, InferenceResult, Parameter
 
-__all__ = ["ROUTES", "ChatCompletionsRoute", "CompletionsRoute", "ModelsRoute"]
+__all__ = ["ROUTES", "ChatCompletionsRoute", "CompletionsRoute", "OpenAIModelsRoute"]
 
 MAX_BODY = 1 << 20
 LANGUAGE_HANDLERS = frozenset({"causal_lm"})
@@ -89,7 +89,7 @@ class OpenAIRoute(InferenceRoute):
         return json.dumps(error_json(error.status_code, message, param, code)).encode()
 
 
-class ModelsRoute(OpenAIRoute):
+class OpenAIModelsRoute(OpenAIRoute):
     """`GET v1/models`: the served language models. (`v1/models/{m}` is KServe v1's
     readiness, kserve.py, as TorchServe answers it.)"""
 
@@ -240,7 +240,7 @@ def _handler_error(result: InferenceResult) -> ServeError:
 
 
 ROUTES: list[tuple[str, type[Any]]] = [
-    (r"v1/models/?", ModelsRoute),
+    (r"v1/models/?", OpenAIModelsRoute),
     (r"v1/completions/?", CompletionsRoute),
     (r"v1/chat/completions/?", ChatCompletionsRoute),
 ]

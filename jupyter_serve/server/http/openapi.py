@@ -22,6 +22,8 @@ from jupyter_serve.server.http.access import READ, allow
 from jupyter_serve.server.http.base import ServeRoute
 from jupyter_serve.server.http.openapi_parts import (
     ARCHIVE,
+    CHAT_BODY,
+    COMPLETION_BODY,
     KEY_PARAMS,
     LIST_OK,
     METRICS_OK,
@@ -30,6 +32,7 @@ from jupyter_serve.server.http.openapi_parts import (
     REGISTER_PARAMS,
     SCALE_PARAMS,
     inference,
+    openai_operation,
     operation,
     predict,
     unsupported,
@@ -82,6 +85,13 @@ def _paths(max_workers: int | None = None) -> dict[str, dict[str, Any]]:
         },
         "/v1/models/{model_name}": {
             "get": operation("kserveV1ModelReady", "{name, ready}.", MODEL)
+        },
+        "/v1/models": {"get": openai_operation("openaiModels", "OpenAI: the language models.")},
+        "/v1/completions": {
+            "post": openai_operation("openaiCompletions", "OpenAI completions.", COMPLETION_BODY)
+        },
+        "/v1/chat/completions": {
+            "post": openai_operation("openaiChatCompletions", "OpenAI chat.", CHAT_BODY)
         },
         "/v2": {"get": operation("serverMetadata", "Open Inference Protocol server metadata.")},
         "/v2/health/live": {"get": operation("serverLive", "Open Inference Protocol liveness.")},

@@ -207,3 +207,62 @@ def unsupported(op_id: str) -> dict[str, Any]:
     """`v2/models/{m}/versions/...`: TorchServe 0.12's 501 {"error": ...} for every method."""
     return operation(op_id, "Other versioned v2 paths: 501, as in TorchServe 0.12.",
                (*MODEL_VERSION, "url_path"), responses={"501": VERSIONING})  # fmt: skip
+
+
+OPENAI_ERROR = {
+    "description": "OpenAI's error object.",
+    "content": {"application/json": {"schema": {
+        "type": "object", "required": ["error"],
+        "properties": {"error": {"type": "object",
+                                 "required": ["message", "type", "param", "code"]}},
+    }}},
+}  # fmt: skip
+OPENAI_OK = {
+    "description": "OpenAI's answer: one JSON object, or server-sent events with stream.",
+    "content": {"application/json": {"schema": {"type": "object"}},
+                "text/event-stream": {"schema": {"type": "string"}}},
+}  # fmt: skip
+_TEXT = {"type": "string"}
+_STOP = {"type": "string", "minLength": 1, "maxLength": 256}
+_SAMPLING = {
+    "model": {"type": "string", "pattern": "[^/]"},
+    "max_tokens": {"type": "integer", "minimum": 1},
+    "max_completion_tokens": {"type": "integer", "minimum": 1},
+    "temperature": {"type": "number", "minimum": 0, "maximum": 2},
+    "top_p": {"type": "number", "minimum": 0, "exclusiveMinimum": True, "maximum": 1},
+    "seed": {"type": "integer"},
+    "stop": {"oneOf": [_STOP, {"type": "array", "items": _STOP, "maxItems": 4}]},
+    "stream": {"type": "boolean"},
+    "stream_options": {"type": "object", "properties": {"include_usage": {"type": "boolean"}}},
+}
+_MESSAGE = {
+    "type": "object", "required": ["role"], "additionalProperties": False,
+    "properties": {"role": {"enum": ["system", "user", "assistant", "developer", "tool"]},
+                   "content": _TEXT},
+}  # fmt: skip
+
+
+def openai_body(text: dict[str, Any]) -> dict[str, Any]:
+    """OpenAI's request object with `text` (prompt or messages) and the sampling fields."""
+    (name,) = text
+    schema = {"type": "object", "required": ["model", name], "additionalProperties": False,
+              "properties": {**_SAMPLING, **text}}  # fmt: skip
+    return {"description": "OpenAI's request object.", "required": True,
+            "content": {"application/json": {"schema": schema}}}  # fmt: skip
+
+
+COMPLETION_BODY = openai_body({"prompt": _TEXT})
+CHAT_BODY = openai_body(
+    {"messages": {"type": "array", "items": _MESSAGE, "minItems": 1, "maxItems": 1024}}
+)
+
+
+def openai_operation(op_id: str, what: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    """An OpenAI-compatible operation (server/http/openai.py): OpenAI's errors, not
+    TorchServe's."""
+    codes = (*ALWAYS, *INFERENCE_ERRORS)
+    extra: dict[str, Any] = {"requestBody": body} if body else {}
+    responses = {"200": OPENAI_OK, **{str(code): OPENAI_ERROR for code in codes}}
+    responses["405"] = {**OPENAI_ERROR, "headers": NOT_ALLOWED["headers"]}
+    return {"description": what, "operationId": op_id, "parameters": [], **extra,
+            "responses": responses}  # fmt: skip

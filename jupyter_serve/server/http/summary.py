@@ -13,7 +13,7 @@ route answers what the panel shows in one request, read from the registry and
                  "workerCounts": {"target", "ready", "starting", "failed"}, "cause",
                  "queue": {"pending", "remainingCapacity"}, "requests",
                  "throughputRps", "latencyMs": {"p50", "p99"}, "batchFill",
-                 "continuousBatching", "stepsPerSecond",
+                 "continuousBatching", "steps", "stepsPerSecond",
                  "sequences": {"open", "max"} | null}, ...],
      "totals": {"models", "versions", "workersReady", "throughputRps",
                 "requests": {"2XX", "4XX", "5XX"}}}
@@ -25,9 +25,9 @@ worker costs. `cause` says why the workers of a version with failed ones failed
 server/registry/start_failure.py), else null. The panel and the notebook dashboard
 (`widgets/`) both read this answer, so they show the same figures at the same moment.
 
-`stepsPerSecond` counts the handler calls a version's workers answered per second (a
-continuous batch's steps; batches for other models); `sequences` is null unless the version
-has sequence batching (server/sequences.py).
+`steps` counts the handler calls a version's workers answered (a continuous batch's
+steps; batches for other models), `stepsPerSecond` them per second; `sequences` is null
+unless the version has sequence batching (server/sequences.py).
 
 `status` is the panel's word for a version: ``healthy`` (every wanted worker
 ready), ``loading`` (workers still starting), ``degraded`` (some serving, some
@@ -110,6 +110,7 @@ def model_summary(
         "latencyMs": {"p50": latency.get("p50"), "p99": latency.get("p99")},
         "batchFill": stats.get("batch_fill"),
         "continuousBatching": model.spec.continuous_batching,
+        "steps": stats.get("batches", 0),
         "stepsPerSecond": stats.get("steps_per_second", 0.0),
         "sequences": _sequences(model),
     }
