@@ -133,6 +133,20 @@ class ServeClient:
         except urllib.error.HTTPError as error:
             raise client_error(error.code, error.read()) from None
 
+    def stream_lines(self, method: str, path: str, body: Any) -> Iterator[bytes]:
+        """Send `body` as JSON to `{url}serve/{path}`; the answer's lines as they arrive
+        (server-sent events); `ServeClientError` on >= 400."""
+        url = urllib.parse.urljoin(self.server.serve_url, path)
+        request = urllib.request.Request(url, data=json.dumps(body).encode(), method=method)
+        request.add_header("Content-Type", "application/json")
+        if self.server.token:
+            request.add_header("Authorization", f"token {self.server.token}")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as answer:
+                yield from iter(answer.readline, b"")
+        except urllib.error.HTTPError as error:
+            raise client_error(error.code, error.read()) from None
+
     def request_json(self, method: str, path: str, **kwargs: Any) -> Any:
         return self.request(method, path, **kwargs).json()
 
@@ -337,6 +351,9 @@ def client_error(status: int, body: bytes) -> ServeClientError:
         data = json.loads(body)
     except ValueError:
         return ServeClientError(status, "HTTPError", body.decode("utf-8", "replace")[:500])
+    if isinstance(data, dict) and isinstance(data.get("error"), dict):  # OpenAI's error object
+        error = data["error"]
+        return ServeClientError(status, str(error.get("type", "")), str(error.get("message")))
     if isinstance(data, dict) and "message" in data:
         cause = data.get("cause")
         message = str(data["message"])

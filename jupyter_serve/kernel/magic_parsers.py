@@ -78,6 +78,13 @@ def serve_parser() -> UsageParser:
         if name == "scale":
             command.add_argument("--min", type=int, required=True)
             command.add_argument("--max", type=int)
+    chat = sub.add_parser("chat")
+    chat.add_argument("name", help="A served language model (name or name/version).")
+    chat.add_argument("prompt")
+    chat.add_argument("--max-tokens", type=int, default=128)
+    chat.add_argument("--temperature", type=float)
+    chat.add_argument("--seed", type=int)
+    chat.add_argument("--system", help="A system message before the prompt.")
     sub.add_parser("list")
     logs = sub.add_parser("logs")
     logs.add_argument("name")

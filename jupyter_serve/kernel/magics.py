@@ -13,6 +13,8 @@
     %serve logs NAME [--version V] [--lines N]   (recent worker output, tracebacks included)
     %serve predict NAME [DATA | --file F | --json J]   (explain: the same, drawn)
     %serve dashboard [--interval S]
+    %serve chat MODEL "PROMPT" [--max-tokens N] [--temperature T] [--seed S] [--system S]
+                      (a language model's answer streamed into the cell: kernel/chat.py)
     %serve keys list | create [--name N] [--models a,b] | revoke ID   (inference keys)
     %serve export DIR [--models a,b] [--force] [--protocol v1|v2] [--storage-uri U]
                       (the served models as TorchServe/KServe files: jupyter_serve.export)
@@ -49,6 +51,7 @@ from jupyter_serve.archive import (
     inspect_archive,
 )
 from jupyter_serve.kernel import workspace
+from jupyter_serve.kernel.chat import chat
 from jupyter_serve.kernel.client import (
     TOKEN_ENV,
     URL_ENV,
@@ -314,6 +317,11 @@ class ServeMagics(Magics):
         answer = self.client.predict(args.name, body, content_type=content_type, explain=True)
         image = body if content_type == "application/octet-stream" else None
         return show_explanation(answer.body, image=image)
+
+    def _serve_chat(self, args: argparse.Namespace) -> None:
+        """Stream a language model's answer into the cell (kernel/chat.py)."""
+        chat(self.client, args.name, args.prompt, system=args.system,
+             max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed)  # fmt: skip
 
     def _serve_dashboard(self, args: argparse.Namespace) -> Any:
         """A live dashboard of the server's models (polls on the kernel's event loop)."""
