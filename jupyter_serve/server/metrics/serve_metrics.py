@@ -34,7 +34,6 @@ import math
 import socket
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +49,7 @@ from jupyter_serve.server.metrics.family import (
     metric_name,
 )
 from jupyter_serve.server.metrics.host import GPU_GAUGES, HOST_GAUGES, gpu_readings, host_readings
+from jupyter_serve.server.metrics.model_stats import ModelStats
 
 if TYPE_CHECKING:
     from jupyter_serve.server.devices import GpuStats
@@ -61,78 +61,6 @@ log = logging.getLogger(__name__)
 
 HOST = "Host"
 Declaration = MetricDecl | Mapping[str, Any]
-
-
-class _Rate:
-    """Events per second over a window, counted in whole-second buckets."""
-
-    def __init__(self) -> None:
-        self.buckets: deque[list[float]] = deque()  # [second, count]
-
-    def add(self, now: float) -> None:
-        second = now // 1.0
-        buckets = self.buckets
-        if buckets and buckets[-1][0] == second:
-            buckets[-1][1] += 1
-        else:
-            buckets.append([second, 1.0])
-
-    def per_second(self, now: float, seconds: float) -> float:
-        """Events per second over the last `seconds`."""
-        while self.buckets and self.buckets[0][0] <= now - seconds:
-            self.buckets.popleft()
-        return sum(count for _, count in self.buckets) / seconds
-
-
-class _ModelStats:
-    """Per model version: counts, a sliding latency window, batch fill, throughput, and
-    batches (a continuous batch's steps) per second."""
-
-    def __init__(self, window: int) -> None:
-        self.requests = 0
-        self.statuses: dict[str, int] = {}
-        self.latencies_ms: deque[float] = deque(maxlen=window)
-        self.completions = _Rate()
-        self.steps = _Rate()
-        self.batches = 0
-        self.batched = 0
-        self.batch_size = 1
-
-    def add_request(self, status: int, latency_ms: float, now: float) -> None:
-        self.requests += 1
-        code = str(status)
-        self.statuses[code] = self.statuses.get(code, 0) + 1
-        self.latencies_ms.append(latency_ms)
-        self.completions.add(now)
-
-    def add_batch(self, batch_len: int, batch_size: int, now: float) -> None:
-        self.batches += 1
-        self.batched += batch_len
-        self.batch_size = batch_size
-        self.steps.add(now)
-
-    def summary(self, now: float, seconds: float) -> dict[str, Any]:
-        latencies = sorted(self.latencies_ms)
-        mean_batch = self.batched / self.batches if self.batches else 0.0
-        return {
-            "requests": self.requests,
-            "statuses": dict(sorted(self.statuses.items())),
-            "latency_ms": {"p50": _percentile(latencies, 50), "p99": _percentile(latencies, 99)},
-            "batches": self.batches,
-            "mean_batch_size": mean_batch,
-            "batch_size": self.batch_size,
-            "batch_fill": mean_batch / self.batch_size,
-            "throughput_rps": self.completions.per_second(now, seconds),
-            "steps_per_second": self.steps.per_second(now, seconds),
-        }
-
-
-def _percentile(ordered: Sequence[float], percent: float) -> float | None:
-    """Nearest-rank percentile of sorted values; None when there are none."""
-    if not ordered:
-        return None
-    rank = max(1, math.ceil(percent / 100 * len(ordered)))
-    return ordered[rank - 1]
 
 
 class ServeMetrics:
@@ -161,7 +89,7 @@ class ServeMetrics:
         self._seconds = throughput_seconds
         self._clock = clock
         self._families: dict[str, MetricFamily] = {}
-        self._models: dict[tuple[str, str], _ModelStats] = {}
+        self._models: dict[tuple[str, str], ModelStats] = {}
         self._lock = threading.Lock()
         self._gpu_source = gpu_source
         self._host_source = host_source
@@ -302,7 +230,8 @@ class ServeMetrics:
         )
 
     def snapshot(self) -> dict[str, Any]:
-        """JSON-ready stats for the dashboard: host counts, per model version, GPUs."""
+        """JSON-ready stats for the dashboard: host counts, per model version (model_stats.py),
+        GPUs."""
         now = self._clock()
         with self._lock:
             models = [
@@ -324,9 +253,9 @@ class ServeMetrics:
     def _host(self) -> tuple[str, str]:
         return (HOST, self.hostname)
 
-    def _stats(self, model: str, version: str) -> _ModelStats:
+    def _stats(self, model: str, version: str) -> ModelStats:
         """The model version's stats, created on first use (the caller holds the lock)."""
-        return self._models.setdefault((model, version), _ModelStats(self._window))
+        return self._models.setdefault((model, version), ModelStats(self._window))
 
     def _families_per_request(
         self,
