@@ -1,7 +1,8 @@
 """Tests for jupyter_serve.server.http.summary: the panel's one-request view, through jp_fetch.
 
-Models are the PROBE echo handler of route_models, built into the store and served
-by real worker subprocesses.
+Models are the PROBE echo handler of route_models (or a handler of this module, or the
+tiny language model of lm_models), built into the store and served by real worker
+subprocesses.
 """
 
 from __future__ import annotations
@@ -13,11 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lm_models import archive_lm, tiny_lm
 from route_models import gate, register, release, release_if_waiting, serve_state, server_config
-from tornado.httpclient import HTTPClientError, HTTPResponse
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPResponse
 
 from jupyter_serve.server.http.summary import model_summary, version_status
 from jupyter_serve.server.models import RegisterParams
+
+__all__ = ["tiny_lm"]  # the session fixture, imported for the language model's tests
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
 HANG_GUARD = 60.0  # seconds; only stops a broken worker from hanging the suite
@@ -214,3 +218,102 @@ async def test_a_stateful_model_shows_its_open_sequences_and_steps(
     assert after["steps"] == 1  # one request, answered in one step
     plain = _row(summary, "plain", "1.0")
     assert (plain["continuousBatching"], plain["sequences"]) == (False, None)
+
+
+# A continuously batched handler whose request takes two steps: the first answers
+# "started;", the second waits at the FIFO the request's body names, then ends it.
+GATED_STEPS = """
+gates = {}
+
+
+def handle(data, context):
+    if data is None:
+        return None
+    outputs = []
+    for idx, row in enumerate(data):
+        request_id = context.get_request_id(idx)
+        if request_id not in gates:
+            gates[request_id] = bytes(row["body"]).decode()
+            outputs.append("started;")
+        else:
+            with open(gates.pop(request_id), "rb") as gate:
+                gate.read()
+            outputs.append("done;")
+    context.stopping_criteria = [
+        lambda item, rid=context.get_request_id(idx): rid not in gates for idx in range(len(data))
+    ]
+    return outputs
+"""
+CONTINUOUS_CONFIG = "continuousBatching: true\nbatchSize: 4\nmaxBatchDelay: 0\n"
+
+
+async def test_requests_in_flight_are_those_running_in_the_continuous_batch(
+    jp_fetch: Fetch, jp_serverapp: Any, jp_http_port: int, jp_base_url: str, tmp_path: Path
+) -> None:
+    """`inFlight`: the requests a continuous batch runs now (not those queued), back to 0
+    once answered; null for a model without continuous batching."""
+    await register(jp_serverapp, "stepper", source=GATED_STEPS, model_config=CONTINUOUS_CONFIG)
+    await register(jp_serverapp, "plain")
+    at_rest = await _summary(jp_fetch)
+    assert _row(at_rest, "stepper", "1.0")["inFlight"] == 0
+    assert _row(at_rest, "plain", "1.0")["inFlight"] is None
+    fifo = gate(tmp_path)
+    first_chunk = asyncio.Event()
+    token = jp_serverapp.identity_provider.token
+    answer = asyncio.ensure_future(AsyncHTTPClient().fetch(
+        f"http://localhost:{jp_http_port}{jp_base_url}serve/predictions/stepper", method="POST",
+        body=str(fifo).encode(), request_timeout=HANG_GUARD,
+        headers={"Authorization": f"token {token}", "Content-Type": "application/octet-stream"},
+        streaming_callback=lambda chunk: first_chunk.set(),
+    ))  # fmt: skip
+    try:
+        await asyncio.wait_for(first_chunk.wait(), HANG_GUARD)  # its first step answered
+        running = _row(await _summary(jp_fetch), "stepper", "1.0")
+        assert (running["inFlight"], running["queue"]["pending"]) == (1, 0)
+        await release(fifo)
+        assert (await answer).code == 200
+    finally:
+        await release_if_waiting(fifo)
+        if not answer.done():
+            answer.cancel()
+    after = _row(await _summary(jp_fetch), "stepper", "1.0")
+    assert (after["inFlight"], after["steps"]) == (0, 2)
+    assert (after["languageModel"], after["tokensPerSecond"]) == (False, None)
+
+
+CHAT = {"messages": [{"role": "user", "content": "What is a tuple?"}], "temperature": 0}
+
+
+async def test_a_language_model_shows_its_tokens_per_second(
+    jp_fetch: Fetch, jp_serverapp: Any, tiny_lm: Path
+) -> None:
+    """A `causal_lm` version is a language model; each of its steps gives one token to each
+    request it runs, so its tokens per second over steps per second is the tokens its
+    answers got over the steps that made them, whether the requests shared steps or not."""
+    registry, store = serve_state(jp_serverapp)
+    archive_lm(tiny_lm, store)
+    await registry.register("tinylm.mar", RegisterParams(initial_workers=1, response_timeout=60,
+                                                         startup_timeout=60))  # fmt: skip
+    await register(jp_serverapp, "plain")
+    before = _row(await _summary(jp_fetch), "tinylm", "1.0")
+    assert (before["languageModel"], before["continuousBatching"]) == (True, True)
+    assert (before["tokensPerSecond"], before["inFlight"]) == (0, 0)
+
+    async def chat(tokens: int) -> int:
+        body = json.dumps({"model": "tinylm", "max_tokens": tokens, **CHAT})
+        answer = await jp_fetch("serve", "v1", "chat", "completions", method="POST", body=body)
+        usage: int = json.loads(answer.body)["usage"]["completion_tokens"]
+        return usage
+
+    one = await chat(12)
+    alone = _row(await _summary(jp_fetch), "tinylm", "1.0")
+    assert (one, alone["steps"]) == (12, 12)  # one token a step
+    assert alone["tokensPerSecond"] == alone["stepsPerSecond"] > 0
+    more = sum(await asyncio.gather(chat(9), chat(5)))
+    summary = await _summary(jp_fetch)
+    after = _row(summary, "tinylm", "1.0")
+    ratio = after["tokensPerSecond"] / after["stepsPerSecond"]
+    assert ratio == pytest.approx((one + more) / after["steps"])
+    assert after["inFlight"] == 0
+    plain = _row(summary, "plain", "1.0")
+    assert (plain["languageModel"], plain["tokensPerSecond"]) == (False, None)

@@ -13,8 +13,9 @@ route answers what the panel shows in one request, read from the registry and
                  "workerCounts": {"target", "ready", "starting", "failed"}, "cause",
                  "queue": {"pending", "remainingCapacity"}, "requests",
                  "throughputRps", "latencyMs": {"p50", "p99"}, "batchFill",
-                 "continuousBatching", "steps", "stepsPerSecond",
-                 "sequences": {"open", "max"} | null}, ...],
+                 "continuousBatching", "steps", "stepsPerSecond", "inFlight",
+                 "sequences": {"open", "max"} | null, "languageModel",
+                 "tokensPerSecond"}, ...],
      "totals": {"models", "versions", "workersReady", "throughputRps",
                 "requests": {"2XX", "4XX", "5XX"}}}
 
@@ -26,8 +27,17 @@ server/registry/start_failure.py), else null. The panel and the notebook dashboa
 (`widgets/`) both read this answer, so they show the same figures at the same moment.
 
 `steps` counts the handler calls a version's workers answered (a continuous batch's
-steps; batches for other models), `stepsPerSecond` them per second; `sequences` is null
-unless the version has sequence batching (server/sequences.py).
+steps; batches for other models), `stepsPerSecond` them per second; `inFlight` is the
+number of requests running in its continuous batches (server/pool/continuous.py; null
+without continuous batching); `sequences` is null unless the version has sequence
+batching (server/sequences.py).
+
+`languageModel` says the version's handler is a language model's (`causal_lm`: the
+OpenAI routes serve it, server/http/openai.py). Continuously batched, each of its steps
+gives one token to every request it runs, so its `tokensPerSecond` is the rate of the
+requests its steps carried (`items_per_second`, server/metrics/model_stats.py); null for
+other models, and for a language model without continuous batching (one handler call
+then runs its requests to their ends).
 
 `status` is the panel's word for a version: ``healthy`` (every wanted worker
 ready), ``loading`` (workers still starting), ``degraded`` (some serving, some
@@ -43,6 +53,7 @@ from typing import Any
 
 from jupyter_serve.server.http.access import READ, allow
 from jupyter_serve.server.http.base import ServeRoute
+from jupyter_serve.server.http.openai import is_language_model
 from jupyter_serve.server.pool.stats import pss_bytes
 from jupyter_serve.server.registry import Model
 from jupyter_serve.server.registry.describe import model_status
@@ -91,6 +102,9 @@ def model_summary(
     failed = max(0, target - len(workers))
     starting = len(workers) - ready
     latency = stats.get("latency_ms") or {}
+    continuous = model.spec.continuous_batching
+    language = is_language_model(model)
+    tokens = language and continuous  # a step is then one token per request (docstring)
     return {
         "modelName": model.name,
         "modelVersion": model.version,
@@ -109,10 +123,13 @@ def model_summary(
         "throughputRps": stats.get("throughput_rps", 0.0),
         "latencyMs": {"p50": latency.get("p50"), "p99": latency.get("p99")},
         "batchFill": stats.get("batch_fill"),
-        "continuousBatching": model.spec.continuous_batching,
+        "continuousBatching": continuous,
         "steps": stats.get("batches", 0),
         "stepsPerSecond": stats.get("steps_per_second", 0.0),
+        "inFlight": model.pool.running_count if continuous else None,
         "sequences": _sequences(model),
+        "languageModel": language,
+        "tokensPerSecond": stats.get("items_per_second", 0.0) if tokens else None,
     }
 
 

@@ -61,7 +61,12 @@ class Dispatch:
     async def _step(self) -> None:
         capacity = self.spec.batch_size * (2 if self.spec.sequence_batching else 1)
         running = ContinuousBatch(self.worker, self.queue, capacity, self.record)
-        await running.serve(self.next_batch, lambda: not self.slot.retiring)
+        self.slot.batch = running  # the pool counts its requests (WorkerPool.running_count)
+        try:
+            await running.serve(self.next_batch, lambda: not self.slot.retiring)
+        finally:
+            if self.slot.batch is running:
+                self.slot.batch = None
 
     async def next_batch(self) -> list[Pending] | None:
         """The next batch, or None when interrupted (the worker died, the slot retired)."""

@@ -142,6 +142,13 @@ class WorkerPool:
         workers = (slot.worker for slot in [*self._slots, *self._retired])
         return [w for w in workers if w is not None and w.pid is not None and w.returncode is None]
 
+    @property
+    def running_count(self) -> int:
+        """Requests running in the workers' continuous batches (continuous.py), those of
+        retiring workers stepping on included; 0 without continuous batching."""
+        slots = [*self._slots, *self._retired]
+        return sum(len(slot.batch.running) for slot in slots if slot.batch is not None)
+
     def recent_logs(self, limit: int | None = None) -> list[str]:
         """The model's newest worker output lines, oldest first."""
         return self.log.recent(limit)

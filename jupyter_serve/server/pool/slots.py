@@ -18,6 +18,7 @@ from jupyter_serve.server.pool.worker import SubprocessWorker
 
 if TYPE_CHECKING:
     from jupyter_serve.server.models import ModelSpec
+    from jupyter_serve.server.pool.continuous import ContinuousBatch
 
 __all__ = ["BACKOFF", "LoadCallback", "MetricsCallback", "ScaleResult", "Slot"]
 
@@ -53,7 +54,8 @@ class ScaleResult:
 
 @dataclass(eq=False)
 class Slot:
-    """One worker position of a pool: its supervisor task, its current worker, its GPU."""
+    """One worker position of a pool: its supervisor task, its current worker, its GPU,
+    and, with continuous batching, the batch that worker runs (dispatch.py)."""
 
     gpu_id: int | None
     first_load: asyncio.Future[WorkerLoadError | None]
@@ -62,3 +64,4 @@ class Slot:
     worker: SubprocessWorker | None = None
     task: asyncio.Task[None] | None = None
     failing_since: float | None = None  # time.monotonic() of the first failure since a load
+    batch: ContinuousBatch | None = None
