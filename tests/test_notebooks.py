@@ -376,3 +376,29 @@ def test_export(server: ServeProcess, kernel_env: dict[str, str], notebook_dir: 
     assert 'Model "line" unregistered' in run.text("check-cleanup")
     assert "line" not in registered(server)
     assert run.stderr() == ""
+
+
+def test_language_model(server: ServeProcess, kernel_env: dict[str, str],
+                        notebook_dir: Path) -> None:  # fmt: skip
+    try:
+        run = execute("06_language_model", kernel_env, notebook_dir)
+    finally:
+        unregister(server, "tinylm")
+    trained = re.search(r"trained (\d+) steps in [\d.]+ s, loss ([\d.]+)", run.text("check-train"))
+    assert trained, run.text("check-train")
+    assert int(trained.group(1)) > 0  # as many as the minute allows: no timing threshold
+    assert "model.safetensors" in run.text("check-train")
+    assert "tinylm.mar" in run.text("check-build")
+    assert 'Model "tinylm" Version: 1.0 registered with 1 initial workers' in run.text(
+        "check-register"
+    )
+    figures = r"\[(\d+) tokens \((length|stop)\) · first token \d+ ms · [\d.]+ tokens/s\]"
+    chat = re.search(figures, run.text("check-chat"))
+    assert chat, run.text("check-chat")
+    assert run.text("check-chat").index(chat.group(0)) > 0  # the answer came first
+    answered = run.text("check-openai")
+    assert "models: ['tinylm', 'tinylm/1.0']" in answered
+    assert re.search(r"\d+ tokens, first after \d+ ms, \d+ tokens/s", answered), answered
+    assert re.search(r"8 answers, \d+ tokens in [\d.]+ s", run.text("check-concurrent"))
+    assert_no_cleanup_cell(run)
+    assert run.stderr() == ""

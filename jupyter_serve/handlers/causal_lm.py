@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from jupyter_serve.handlers.lm_generation import Generation
+from jupyter_serve.handlers.lm_generation import Generation, cache_keyword_of
 from jupyter_serve.wire.generation import GenerationRequest, RequestError, read_request
 from jupyter_serve.worker.streaming import send_intermediate_predict_response
 
@@ -76,7 +76,9 @@ class CausalLM:
 
     def initialize(self, context: Any) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging
 
+        logging.disable_progress_bar()  # a bar per load would fill the worker's log
         properties = context.system_properties
         config = context.model_yaml_config or {}
         options = config.get("handler") or {}
@@ -87,6 +89,7 @@ class CausalLM:
         model: Any = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
         self.model = model.to(self.device).eval()
         self.window = context_window(self.model.config, self.tokenizer)
+        self.cache_keyword = cache_keyword_of(self.model)
         self.max_prompt_chars = int(options.get("max_prompt_chars",
                                                 CHARS_PER_TOKEN_BOUND * self.window))  # fmt: skip
         self.end_ids = self._end_ids()
@@ -126,7 +129,7 @@ class CausalLM:
                     criteria.append(_plain)
                     continue
                 self.generations[request_id] = generation
-            text = generation.step(self.model, self.device)
+            text = generation.step(self.model, self.device, self.cache_keyword)
             chunks.append(_chunk(generation, text))
             context.set_response_content_type(idx, _content_type(generation))
             criteria.append(partial(self._ends, request_id, first))
@@ -145,7 +148,8 @@ class CausalLM:
         while True:
             for idx, generation in running.items():
                 if generation.finish_reason is None:
-                    chunks[idx] = _chunk(generation, generation.step(self.model, self.device))
+                    text = generation.step(self.model, self.device, self.cache_keyword)
+                    chunks[idx] = _chunk(generation, text)
                     context.set_response_content_type(idx, _content_type(generation))
             if all(generation.finish_reason for generation in running.values()):
                 return chunks

@@ -13,6 +13,7 @@ is set once the answer is over: "stop" (end of sequence token or stop sequence) 
 
 from __future__ import annotations
 
+import inspect
 import secrets
 from collections.abc import Sequence
 from typing import Any
@@ -22,7 +23,7 @@ import torch
 from jupyter_serve.handlers.lm_text import Detokenizer, StopWatch
 from jupyter_serve.wire.generation import GenerationRequest
 
-__all__ = ["Generation", "choose_token"]
+__all__ = ["Generation", "cache_keyword_of", "choose_token"]
 
 
 class Generation:
@@ -56,14 +57,15 @@ class Generation:
     def completion_tokens(self) -> int:
         return len(self.generated)
 
-    def step(self, model: Any, device: torch.device) -> str:
-        """Run one forward pass and take one token; the text it completes."""
+    def step(self, model: Any, device: torch.device, cache_keyword: str) -> str:
+        """Run one forward pass and take one token; the text it completes. `cache_keyword`
+        names the model's KV cache argument and output (`cache_keyword_of`)."""
         fresh = self.cache is None
         ids = self.prompt_ids if fresh else self.generated[-1:]
         with torch.inference_mode():
-            out = model(input_ids=torch.tensor([ids], device=device),
-                        past_key_values=self.cache, use_cache=True)  # fmt: skip
-        self.cache = out.past_key_values
+            out = model(input_ids=torch.tensor([ids], device=device), use_cache=True,
+                        **{cache_keyword: self.cache})  # fmt: skip
+        self.cache = getattr(out, cache_keyword)
         token = choose_token(out.logits[0, -1], self.request, self.generator)
         return self._take(token)
 
@@ -85,6 +87,13 @@ class Generation:
         text, stopped = self.stops.feed(self.text.flush())
         self.finish_reason = "stop" if stopped else reason
         return text if stopped else text + self.stops.flush()
+
+
+def cache_keyword_of(model: Any) -> str:
+    """What the model's forward calls its KV cache: `cache` (transformers 5.24 on) or
+    `past_key_values` (before; deprecated since)."""
+    parameters = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
 
 
 def choose_token(

@@ -15,6 +15,8 @@ Needs the `llm` extra (`pip install jupyter_serve[llm]`: transformers and tokeni
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,15 +50,30 @@ def corpus() -> list[str]:
     return [text for _, text in sorted(topics.items())]
 
 
+@contextmanager
+def quiet_progress() -> Iterator[None]:
+    """No transformers progress bars (loading, saving) in the cell's output meanwhile."""
+    from transformers.utils import logging
+
+    shown = logging.is_progress_bar_enabled()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if shown:
+            logging.enable_progress_bar()
+
+
 def make_tiny_lm(folder: str | Path, shape: TinyLMShape | None = None, seed: int = 0) -> Path:
     """Write a tokenizer and a randomly initialised causal LM into `folder`; return it."""
     shape = shape or TinyLMShape()
     target = Path(folder)
     target.mkdir(parents=True, exist_ok=True)
-    tokenizer = _train_tokenizer(shape.vocab_size)
-    tokenizer.save_pretrained(target)
-    model = _new_model(tokenizer, shape, seed)
-    model.save_pretrained(target)
+    with quiet_progress():
+        tokenizer = _train_tokenizer(shape.vocab_size)
+        tokenizer.save_pretrained(target)
+        model = _new_model(tokenizer, shape, seed)
+        model.save_pretrained(target)
     return target
 
 
@@ -77,8 +94,9 @@ def train_tiny_lm(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch.manual_seed(seed)
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    model: Any = AutoModelForCausalLM.from_pretrained(folder)
+    with quiet_progress():
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        model: Any = AutoModelForCausalLM.from_pretrained(folder)
     ids = torch.tensor(tokenizer("\n".join(corpus()))["input_ids"])
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     model.train()
@@ -93,7 +111,8 @@ def train_tiny_lm(
         optimizer.step()
         losses.append(float(loss.detach()))
     model.train(False)
-    model.save_pretrained(folder)
+    with quiet_progress():
+        model.save_pretrained(folder)
     tail = losses[-10:] or [float("nan")]
     return {"steps": len(losses), "seconds": round(time.perf_counter() - began, 1),
             "loss": round(sum(tail) / len(tail), 3)}  # fmt: skip
