@@ -180,6 +180,9 @@ BAD = [
     ({"model": "nothing", "prompt": "a"}, 404, None),
     ({"model": "probe", "prompt": "a"}, 400, "model"),
     ({"prompt": "a"}, 400, "model"),
+    ({"model": "tinylm", "prompt": "x" * 1_000_000}, 400, "prompt"),
+    ({"model": "tinylm", "messages": [{"role": "user", "content": "x " * 500_000}]}, 400,
+     "messages"),
     ({"model": "tinylm", "prompt": "x" * 1_100_000}, 413, None),
 ]  # fmt: skip
 
@@ -259,3 +262,19 @@ async def test_curl_streams_events_as_they_come(
     text = "".join(p["choices"][0]["delta"].get("content", "") for p in parsed)
     assert text == greedy(tiny_lm, 5, messages=CHAT)
     assert parsed[-1]["choices"][0]["finish_reason"] == "length"
+
+
+async def test_torchserve_clients_stream_text_from_predictions(
+    jp_fetch: Any, jp_serverapp: Any, tiny_lm: Path
+) -> None:
+    """The same model on TorchServe's route: a JSON body in, the text streamed in chunks."""
+    await serve_lm(jp_serverapp, tiny_lm)
+    body = json.dumps({"prompt": PROMPT, "max_new_tokens": 9})
+    answer = await jp_fetch("serve", "predictions", "tinylm", method="POST", body=body,
+                            headers=dict(JSON))  # fmt: skip
+    assert answer.body.decode() == greedy(tiny_lm, 9, prompt=PROMPT)
+    assert answer.headers["Transfer-Encoding"] == "chunked"
+    assert answer.headers["Content-Type"] == "text/plain; charset=utf-8"
+    plain = await jp_fetch("serve", "predictions", "tinylm", method="POST", body=PROMPT,
+                           headers={"Content-Type": "text/plain"})  # fmt: skip
+    assert plain.body.decode().startswith(greedy(tiny_lm, 9, prompt=PROMPT))  # up to the window
