@@ -52,13 +52,15 @@ def meta(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "mode": next(
-            (m for m in ("memory", "stall", "hub", "cb", "quick") if getattr(args, m)), "full"
+            (m for m in ("memory", "stall", "hub", "cb", "llm", "quick") if getattr(args, m)),
+            "full",
         ),
         "machine": f"{os.cpu_count()} CPUs ({cpu}), {memory:.0f} GiB, Python "
         f"{platform.python_version()}, torch {torch_version}, load at start "
         f"{os.getloadavg()[0]:.2f}; shared and noisy: compare ratios, not absolutes",
         "argv": sys.argv[1:],
         "torchserve": args.torchserve,
+        "transformers_serve": args.transformers_serve,
     }
 
 
@@ -70,7 +72,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--stall", action="store_true", help="only the stall probe (a minute)")
     parser.add_argument("--hub", action="store_true", help="only the hub part (a minute or two)")
     parser.add_argument("--cb", action="store_true", help="only the continuous-batching part")
+    parser.add_argument("--llm", action="store_true", help="only the LLM part (bench/llm.py)")
     parser.add_argument("--no-torchserve", dest="torchserve", action="store_false")
+    parser.add_argument(
+        "--no-transformers-serve",
+        dest="transformers_serve",
+        action="store_false",
+        help="the LLM part without its transformers serve peer",
+    )
     parser.add_argument(
         "--omp1",
         action=argparse.BooleanOptionalAction,
@@ -87,9 +96,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     soak.add_arguments(parser)
     args = parser.parse_args(argv)
     if args.omp1 is None:
-        args.omp1 = not (args.quick or args.memory or args.stall or args.hub)
-    if args.stall or args.hub:
-        args.torchserve = False  # these parts compare jupyter_serve with itself or Jupyter
+        args.omp1 = not (args.quick or args.memory or args.stall or args.hub or args.llm)
+    if args.stall or args.hub or args.llm:
+        args.torchserve = False  # these parts compare jupyter_serve with others than TorchServe
     if args.hub and hub_launcher.available():
         parser.error(f"the hub part needs a hub: {hub_launcher.available()}")
     if args.torchserve and not servers.java_available():

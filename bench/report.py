@@ -13,6 +13,7 @@ from collections import defaultdict
 from typing import Any
 
 import continuous
+import llm_report
 
 JS, TS = "jupyter_serve", "torchserve"
 CEILING = "tornado_ceiling"  # bench/ceiling.py: bare tornado echo, no model
@@ -167,6 +168,7 @@ def ratios(results: Record) -> dict[str, float | None]:
         "stall_ms_worst": results.get("stall_summary", {}).get("stall_ms_worst"),
         **hub_ratios(results.get("hub_summary", [])),
         **continuous.ratios(results.get("continuous", {})),
+        **llm_report.ratios(results.get("llm", {})),
     }
 
 
@@ -343,6 +345,8 @@ def markdown(results: Record) -> str:
          _points_table(results.get("hub_summary", []))),
         ("Continuous batching (Poisson arrivals; ms from each request's scheduled start)",
          _continuous_lines(results.get("continuous", {}))),
+        ("Language model over the OpenAI streaming API (closed loop; bench/llm.py)",
+         llm_report.markdown_lines(results.get("llm", {}))),
     ]  # fmt: skip
     parts = [f"# jupyter_serve vs TorchServe 0.12: {meta['date']} ({meta['mode']})",
              f"\nMachine: {meta['machine']}"]  # fmt: skip

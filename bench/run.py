@@ -1,7 +1,7 @@
 """Benchmark jupyter_serve against TorchServe 0.12 and the in-process limit, in one run.
 
-    python bench/run.py [--quick|--memory|--stall|--hub] [--no-torchserve] [--no-omp1] [--soak]
-                        --out out.json
+    python bench/run.py [--quick|--memory|--stall|--hub|--cb|--llm] [--no-torchserve]
+                        [--no-transformers-serve] [--no-omp1] [--soak] --out out.json
 
 Builds echo / mlp / cnn `.mar` files once with jupyter_serve's archiver and
 serves the SAME files from `jupyter serve` and from TorchServe 0.12.0 (its own
@@ -20,15 +20,20 @@ requests, beside a bare Jupyter: `stall_ms_worst`), then the hub part (bench/hub
 predictions/s through a real JupyterHub's proxy and straight to its single-user server,
 against the token fast path outside a hub), then the continuous-batching part
 (bench/continuous.py: streamed answers under Poisson arrivals, continuous batching beside
-TorchServe's and beside static batching). The load generator is pinned to the
-last core while it measures. Writes the JSON (every point, the medians in
-`summary`, `ratios`) and a markdown report beside it (`.md`).
+TorchServe's and beside static batching), then the LLM part (bench/llm.py: one small
+language model folder on jupyter_serve and on `transformers serve --continuous-batching`,
+its own venv bench/.venv-hf, streamed over the OpenAI API at concurrency 1, 8 and 32,
+beside in-process `generate()`, and what one more LM worker costs). The load generator
+is pinned to the last core while it measures. Writes the JSON (every point, the medians
+in `summary`, `ratios`) and a markdown report beside it (`.md`).
 `--quick` (the CI smoke check) takes about two minutes without TorchServe and
-skips the memory part, the stall probe and the hub part; `--memory` runs only the
-memory part (a few minutes), `--stall` only the stall probe (about a minute, no
-TorchServe), `--hub` only the hub part (a minute or two, no TorchServe; needs jupyterhub
+skips the memory part, the stall probe, the hub part and the later parts; `--memory`
+runs only the memory part (a few minutes), `--stall` only the stall probe (about a
+minute, no TorchServe), `--hub` only the hub part (a minute or two, no TorchServe; needs jupyterhub
 and configurable-http-proxy; with `--quick`, short points), `--cb` only the
-continuous-batching part (about two minutes; with `--quick`, short points).
+continuous-batching part (about two minutes; with `--quick`, short points), `--llm` only
+the LLM part (ten minutes or so; with `--quick`, an untrained tiny model, short answers and
+concurrency 1 and 8: a structure check; `--no-transformers-serve` leaves its peer out).
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import continuous
 import hub
 import hub_launcher
+import llm
 import loadgen
 import memory
 import report
@@ -91,6 +97,8 @@ class Runner:
             return self.run_hub()
         if self.args.cb:
             return self.run_continuous()
+        if self.args.llm:
+            return self.run_llm()
         models = workloads.MODELS if self.args.quick else (*workloads.MODELS, workloads.BIG)
         workloads.build_store(self.store, models)
         self.inprocess("before serving")
@@ -111,6 +119,7 @@ class Runner:
             self.stall()
             self.hub_part()
             self.continuous_part()
+            self.llm_part()
         self.results["summary"] = report.summarize(self.results["points"])
         self.results["ratios"] = report.ratios(self.results)
         return self.results
@@ -150,6 +159,18 @@ class Runner:
         self.results["summary"] = []
         self.results["ratios"] = report.ratios(self.results)
         return self.results
+
+    def run_llm(self) -> dict[str, Any]:
+        """Only the LLM part (bench/llm.py)."""
+        self.llm_part()
+        self.results["summary"] = []
+        self.results["ratios"] = report.ratios(self.results)
+        return self.results
+
+    def llm_part(self) -> None:
+        part = llm.run(self.work / "llm", self.args.quick, self.args.transformers_serve, self.log)
+        self.results["llm"] = part
+        self.results["meta"]["llm_model"] = part["model"]
 
     def continuous_part(self) -> None:
         seconds = 3.0 if self.args.quick else 20.0

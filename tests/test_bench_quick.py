@@ -1,6 +1,6 @@
 """The benchmark's CI smoke checks: `bench/run.py --quick --no-torchserve`, `--memory
---no-torchserve`, `--stall` and `--hub --quick`, and `bench/body_copies.py`, complete and
-report.
+--no-torchserve`, `--stall`, `--hub --quick` and `--llm --quick --no-transformers-serve`,
+and `bench/body_copies.py`, complete and report.
 
 No thresholds: it checks that every jupyter_serve point ran with zero errors,
 that the ratios the issues name are all present (TorchServe's null without it),
@@ -42,6 +42,10 @@ RATIOS = (
     "cb_rps_vs_torchserve",
     "cb_first_chunk_p50_vs_torchserve",
     "cb_rps_vs_static_batching",
+    "llm_tokens_c8_vs_transformers_serve",
+    "llm_ttft_p50_c8_vs_transformers_serve",
+    "llm_tokens_c1_vs_inprocess_generate",
+    "llm_extra_worker_pss_mib",
 )
 
 
@@ -119,6 +123,43 @@ def test_continuous_part_streams_to_every_participant_and_reports(tmp_path: Path
     markdown = out.with_suffix(".md").read_text()
     assert "| jupyter_serve_static (5 ms steps) |" in markdown
     assert "| jupyter_serve_cb (1 ms steps) |" in markdown
+    assert leftovers(tmp_path) == []
+
+
+def test_llm_part_streams_the_same_answers_as_generate_and_reports(tmp_path: Path) -> None:
+    """`--llm --quick --no-transformers-serve`: the tiny LM streamed over the OpenAI API at
+    each concurrency, every answer the in-process greedy one, a second worker measured (no
+    threshold on the figures)."""
+    out = tmp_path / "llm.json"
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    argv = [sys.executable, str(BENCH / "run.py"), "--llm", "--quick", "--no-transformers-serve",
+            "--out", str(out)]  # fmt: skip
+    subprocess.run(argv, check=True, env=env, cwd=tmp_path, capture_output=True, timeout=600)
+    results = json.loads(out.read_text())
+    part = results["llm"]
+    assert results["meta"]["mode"] == "llm"
+    assert results["meta"]["llm_model"]["params"] > 0
+    assert [(row["server"], row["concurrency"]) for row in part["summary"]] == [
+        ("jupyter_serve", 1), ("jupyter_serve", 8)
+    ]  # fmt: skip
+    for point in part["points"]:
+        assert point["errors"] == 0
+        assert point["ok"] == point["requests"] > 0
+        assert point["same_as_generate"] == point["requests"]  # temperature 0: greedy's answers
+        assert point["completion_tokens"] > 0
+        assert point["ttft_p50_ms"] <= point["ttft_p99_ms"]
+    assert part["inprocess_generate"]["tokens_per_s"] > 0
+    extra = part["memory"]["jupyter_serve"]["extra_worker"]
+    assert len(extra["workers_pss_mib"]) == 2
+    assert "transformers_serve" not in part["memory"]
+    ratios = results["ratios"]
+    assert set(RATIOS) <= set(ratios)
+    assert ratios["llm_extra_worker_pss_mib"] == extra["extra_worker_pss_mib"]
+    assert isinstance(ratios["llm_tokens_c1_vs_inprocess_generate"], float)
+    assert ratios["llm_tokens_c8_vs_transformers_serve"] is None
+    markdown = out.with_suffix(".md").read_text()
+    assert "## Language model over the OpenAI streaming API" in markdown
+    assert "| jupyter_serve | 8 |" in markdown
     assert leftovers(tmp_path) == []
 
 
