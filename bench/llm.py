@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import subprocess
 import sys
@@ -182,11 +183,12 @@ def measure_points(part: dict[str, Any], running: dict[str, tuple[servers.Server
                 with pinned():
                     answers = asyncio.run(loop)
                 point = {"server": name, "concurrency": concurrency, "repeat": repeat,
-                         **llm_stream.summary(answers, references)}  # fmt: skip
+                         **llm_stream.summary(answers, references),
+                         "load1": round(os.getloadavg()[0], 2)}  # fmt: skip
                 part["points"].append(point)
                 log(f"LLM {name} c{concurrency}: {point['tokens_per_s']} tokens/s, TTFT p50 "
                     f"{point['ttft_p50_ms']} ms, ITL p50 {point['itl_p50_ms']} ms, "
-                    f"errors {point['errors']}")  # fmt: skip
+                    f"errors {point['errors']}, load1 {point['load1']}")  # fmt: skip
 
 
 def tree(server: servers.Server) -> dict[str, Any]:

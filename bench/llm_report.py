@@ -13,7 +13,7 @@ from typing import Any
 
 JS, HF = "jupyter_serve", "transformers_serve"
 MEDIANS = ("tokens_per_s", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms",
-           "tpot_p50_ms", "tokens_per_event")  # fmt: skip
+           "tpot_p50_ms", "tokens_per_event", "load1")  # fmt: skip
 SUMS = ("requests", "errors", "same_as_generate", "completion_tokens")
 
 Record = dict[str, Any]
@@ -81,14 +81,14 @@ def _cell(value: Any) -> str:
 def markdown_lines(part: Record) -> list[str]:
     """The LLM section: the points' table, then the model, the limit and the memory."""
     lines = ["| server | c | requests | tokens/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms "
-             "| TPOT p50 ms | tokens/event | same as generate() | errors | tokens/s vs "
-             "transformers serve |", "|---" * 12 + "|"]  # fmt: skip
+             "| TPOT p50 ms | tokens/event | same as generate() | errors | load1 | tokens/s vs "
+             "transformers serve |", "|---" * 13 + "|"]  # fmt: skip
     for row in part.get("summary", []):
         versus = _ratio(row["tokens_per_s"], _value(part, HF, row["concurrency"], "tokens_per_s"))
         cells = [row["server"], row["concurrency"], row["requests"], row["tokens_per_s"],
                  row["ttft_p50_ms"], row["ttft_p99_ms"], row["itl_p50_ms"], row["tpot_p50_ms"],
                  row["tokens_per_event"], f"{row['same_as_generate']}/{row['requests']}",
-                 row["errors"], versus if row["server"] == JS else None]  # fmt: skip
+                 row["errors"], row["load1"], versus if row["server"] == JS else None]  # fmt: skip
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     if not part.get("summary"):
         return lines
