@@ -14,6 +14,7 @@ import { button, element, setAttribute, setText, svgElement } from './dom';
 import { ISeries, sparkLegend, sparklinePoints } from './history';
 import {
   IModelSummary,
+  LANGUAGE_HINT,
   describeMemory,
   describeStateful,
   describeWorkers,
@@ -123,6 +124,11 @@ export class ModelCard {
     this._memory.hidden = !memory.text;
     const stateful = describeStateful(model);
     setText(this._stateful, stateful);
+    setAttribute(
+      this._stateful,
+      'title',
+      model.languageModel && stateful ? LANGUAGE_HINT : ''
+    );
     this._stateful.hidden = !stateful;
     for (const [id, , format] of FIGURES) {
       setText(this._figures.get(id)!, format(model));

@@ -52,6 +52,12 @@ export interface IModelSummary {
   stepsPerSecond?: number;
   /** Sequence batching's open sequences and their limit; null for other models. */
   sequences?: { open: number; max: number } | null;
+  /** Requests running in the continuous batches; null without continuous batching. */
+  inFlight?: number | null;
+  /** A language model's handler (`causal_lm`): Try-it is then a chat (`chat.ts`). */
+  languageModel?: boolean;
+  /** A continuously batched language model's tokens per second, else null. */
+  tokensPerSecond?: number | null;
 }
 
 export interface ITotals {
@@ -140,7 +146,9 @@ export function describeMemory(model: IModelSummary): {
 
 /**
  * The line of a stateful model: its open sequences (sequence batching) and its steps
- * per second (continuous batching); empty for other models.
+ * per second (continuous batching), or, for a continuously batched language model,
+ * its sequences in flight (`LANGUAGE_HINT`) and tokens per second; empty for other
+ * models. It must fit one line at JupyterLab's default sidebar width.
  */
 export function describeStateful(model: IModelSummary): string {
   const parts: string[] = [];
@@ -148,11 +156,22 @@ export function describeStateful(model: IModelSummary): string {
     const { open, max } = model.sequences;
     parts.push(`${open}/${max} ${open === 1 ? 'sequence' : 'sequences'} open`);
   }
-  if (model.continuousBatching) {
+  if (model.languageModel && typeof model.tokensPerSecond === 'number') {
+    parts.push(
+      `${model.inFlight ?? 0} in flight`,
+      `${formatRate(model.tokensPerSecond)} tokens/s`
+    );
+  } else if (model.continuousBatching) {
     parts.push(`${formatRate(model.stepsPerSecond ?? 0)} steps/s`);
   }
   return parts.join(' · ');
 }
+
+/** The tooltip of a language model's line (`describeStateful`). */
+export const LANGUAGE_HINT =
+  'Sequences in flight: the requests its continuous batches are generating now ' +
+  '(queued ones are the queue figure). Tokens/s: the tokens its steps generated, ' +
+  'per second over the last minute (each step gives each running request a token).';
 
 function mebibytes(bytes: number): string {
   return (bytes / 2 ** 20).toFixed(0);

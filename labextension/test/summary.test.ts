@@ -104,6 +104,40 @@ describe('versions', () => {
     expect(describeStateful(continuous)).toBe('0 steps/s');
   });
 
+  it('shows sequences in flight and tokens per second for a language model', () => {
+    const lm = version({
+      continuousBatching: true,
+      stepsPerSecond: 9,
+      languageModel: true,
+      inFlight: 2,
+      tokensPerSecond: 17.25
+    });
+    expect(describeStateful(lm)).toBe('2 in flight · 17.3 tokens/s');
+    const idle = version({
+      continuousBatching: true,
+      languageModel: true,
+      inFlight: 0,
+      tokensPerSecond: 0
+    });
+    expect(describeStateful(idle)).toBe('0 in flight · 0 tokens/s');
+    const one = version({
+      languageModel: true,
+      inFlight: 1,
+      tokensPerSecond: 3
+    });
+    expect(describeStateful(one)).toBe('1 in flight · 3.00 tokens/s');
+    // Not continuously batched: no token rate, and no line.
+    const whole = version({ languageModel: true, tokensPerSecond: null });
+    expect(describeStateful(whole)).toBe('');
+    // Another continuously batched model keeps its steps per second.
+    const steps = version({
+      continuousBatching: true,
+      inFlight: 3,
+      stepsPerSecond: 2
+    });
+    expect(describeStateful(steps)).toBe('2.00 steps/s');
+  });
+
   it('says how many models serve and their total rate in the status bar', () => {
     expect(statusText(null)).toBe('Serving: –');
     const two = summary(
