@@ -31,6 +31,7 @@ import { servingIcon } from './icon';
 import { missingFromStore } from './store';
 import { ModelLogView } from './logview';
 import { PANEL_ID } from './panel';
+import { ChatView } from './chat';
 import { modelKey } from './summary';
 import { TryItView } from './tryit';
 
@@ -262,10 +263,16 @@ function addTabCommands(app: JupyterFrontEnd, ctx: IActionContext): void {
   });
   commands.addCommand(CommandIDs.tryIt, {
     label: args => (args.name ? 'Try it' : 'Try a Model…'),
-    caption: 'Send a request to a model version and see its answer',
+    caption:
+      'Send a request to a model version and see its answer (chat with a language model)',
     execute: async args => {
       const ref = await modelFrom(ctx, args, 'Try a model');
-      if (ref !== null) {
+      if (ref !== null && ctx.model.find(modelKey(ref))?.languageModel) {
+        tabs.open(
+          `jupyter-serve-chat-${ref.modelName}-${ref.modelVersion}`,
+          () => new ChatView(ref.modelName, ref.modelVersion)
+        );
+      } else if (ref !== null) {
         tabs.open(
           `jupyter-serve-try-${ref.modelName}-${ref.modelVersion}`,
           () =>
