@@ -11,7 +11,9 @@ through the server's own safe loader, model_config.py) without extracting the re
   `torchThreads`) that TorchServe does not read;
 * `sample`: the member that is an example request body, when the archive ships one
   (`sample_member`: named `sample*`, `example*`, `input*` or `request*`, a `.json`,
-  `.txt`, `.jpg`, `.jpeg` or `.png` file of at most 1 MiB, JSON first).
+  `.txt`, `.jpg`, `.jpeg` or `.png` file of at most 1 MiB, JSON first);
+* `language_model`: its handler is `causal_lm` (a Hugging Face causal LM folder), which
+  KServe serves with its Hugging Face runtime (kserve.py, lm_archive.py).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from jupyter_serve.archive import Manifest, ModelInfo, inspect_archive
+from jupyter_serve.export.lm_handler import LM_HANDLER
 from jupyter_serve.server.model_config import (
     CONFIG_NAME,
     MAX_CONFIG_BYTES,
@@ -44,6 +47,7 @@ class ArchiveFacts:
     kernel: str | None = None
     notebook_only: tuple[str, ...] = ()  # jupyter_serve-only yaml settings, as "key: value"
     sample: str | None = None  # the archive member holding an example request body
+    language_model: bool = False
 
 
 def archive_facts(mar: Path) -> ArchiveFacts:
@@ -58,7 +62,8 @@ def archive_facts(mar: Path) -> ArchiveFacts:
     section = config.data.get(SECTION) or {}
     other = tuple(f"{key}: {value}" for key, value in section.items() if key != "kernel")
     sample = sample_member(listing.files)
-    return ArchiveFacts(bool(manifest.model.requirements_file), config.kernel, other, sample)
+    return ArchiveFacts(bool(manifest.model.requirements_file), config.kernel, other, sample,
+                        language_model=manifest.model.handler == LM_HANDLER)  # fmt: skip
 
 
 def sample_member(files: Sequence[tuple[str, int]]) -> str | None:

@@ -1,18 +1,29 @@
-"""`DIR/inferenceservice.yaml`: a KServe `InferenceService` serving the export with TorchServe.
+"""`DIR/inferenceservice.yaml`: KServe `InferenceService`s serving the export.
 
-`serving.kserve.io/v1beta1`, model format `pytorch` (what KServe's TorchServe
-runtime serves), `protocolVersion` v1 (KServe v1: `/v1/models/{m}:predict`) or v2
-(the Open Inference Protocol: `/v2/models/{m}/infer`), `storageUri` as given, else a
-placeholder to replace (`gs://REPLACE-WITH-YOUR-BUCKET/<name>`). Resources follow
-what the notebook ran, the same for requests and limits:
+One YAML document per service (`kubectl apply -f` takes them all):
+
+* the models TorchServe serves: model format `pytorch` (what KServe's TorchServe
+  runtime serves), `protocolVersion` v1 (KServe v1: `/v1/models/{m}:predict`) or v2
+  (the Open Inference Protocol: `/v2/models/{m}/infer`), `storageUri` as given, else a
+  placeholder to replace (`gs://REPLACE-WITH-YOUR-BUCKET/<name>`);
+* each language model (handler `causal_lm`, `language_models`): its own service on
+  KServe's Hugging Face runtime (model format `huggingface`, which serves one model
+  folder, with OpenAI's API), args `--model_name=<model>` and, for a model that ran on
+  CPUs, `--backend=huggingface` (transformers, as in the notebook; on a GPU the runtime
+  picks vLLM), `storageUri` `<storage uri>/huggingface/<model>` (the folder the export
+  writes, lm_archive.py). Its default version is the one served. Named after the
+  export, with `-<model>` unless it is the only service.
+
+`serving.kserve.io/v1beta1` throughout. Resources follow what the notebook ran, the
+same for requests and limits:
 
 * cpu: one core per worker (every version's minWorkers), at least one and at most
   `MAX_CPUS` (4): a notebook server's defaults can start many workers (one per CPU of
   the notebook's machine), and a pod asking for that many cores may never be
   scheduled; the file's comment says so, so raise it where the cluster has the cores;
-* memory: 1 GiB for TorchServe's frontend (its JVM used about 550 MB here) plus, per
-  worker, the most one of that version's workers used (512 MiB when not measured,
-  as from a snapshot), rounded up to 256 MiB;
+* memory: 1 GiB for TorchServe's frontend (its JVM used about 550 MB here; for a
+  language model, its model server) plus, per worker, the most one of that version's
+  workers used (512 MiB when not measured, as from a snapshot), rounded up to 256 MiB;
 * `nvidia.com/gpu`: when a version ran on a GPU, the GPUs named in `deviceIds` (one
   when it used whichever it was given).
 """
@@ -21,7 +32,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -31,14 +43,19 @@ from jupyter_serve.export.plan import ExportItem
 __all__ = [
     "MAX_CPUS",
     "PLACEHOLDER",
+    "Service",
     "cpus",
     "inference_service",
-    "inference_service_yaml",
+    "inference_services",
+    "inference_services_yaml",
+    "language_model_service",
+    "model_folder",
     "resources",
     "service_name",
 ]
 
 PLACEHOLDER = "gs://REPLACE-WITH-YOUR-BUCKET/{name}"
+MODEL_FOLDERS = "huggingface"  # DIR/huggingface/<model>: a language model's folder
 FRONTEND_MIB = 1024
 WORKER_MIB = 512
 ROUND_MIB = 256
@@ -71,7 +88,7 @@ def cpus(items: Sequence[ExportItem]) -> int:
 
 
 def resources_comment(items: Sequence[ExportItem]) -> str:
-    """Why the resources are what they are (the yaml's comment)."""
+    """Why the TorchServe service's resources are what they are (the yaml's comment)."""
     workers = sum(item.min_workers for item in items)
     return (
         f"# resources: cpu is one core per TorchServe worker ({workers} in all, minWorkers of "
@@ -86,10 +103,57 @@ def _worker_mib(item: ExportItem) -> int:
     return max(ROUND_MIB, math.ceil(item.worker_memory / MIB / ROUND_MIB) * ROUND_MIB)
 
 
+@dataclass(frozen=True)
+class Service:
+    """One InferenceService: the object, the comment written above it, and the language
+    model it serves (None: TorchServe's service)."""
+
+    body: dict[str, Any]
+    comment: str
+    model: str | None = None
+
+    @property
+    def name(self) -> str:
+        return str(self.body["metadata"]["name"])
+
+
+def model_folder(model: str) -> str:
+    """Where the export writes a language model's folder, relative to DIR."""
+    return f"{MODEL_FOLDERS}/{model}"
+
+
+def inference_services(
+    name: str,
+    items: Sequence[ExportItem],
+    protocol: str,
+    storage_uri: str | None,
+    language_models: Collection[str] = (),
+) -> list[Service]:
+    """The services of an export (module docstring): TorchServe's, then one per language
+    model (`language_models`: their names)."""
+    served = [item for item in items if item.name not in language_models]
+    lms = [item for item in items if item.name in language_models and item.default]
+    base = (storage_uri or PLACEHOLDER.format(name=name)).rstrip("/")
+    services = []
+    if served:
+        services.append(Service(inference_service(name, served, protocol, base),
+                                resources_comment(served)))  # fmt: skip
+    for item in lms:
+        own = name if not served and len(lms) == 1 else service_name(f"{name}-{item.name}")
+        body = language_model_service(own, item, f"{base}/{model_folder(item.name)}")
+        comment = (
+            f"# {item.name} {item.version}, a language model: KServe's Hugging Face runtime "
+            f"serves its folder ({model_folder(item.name)}/)\n# with OpenAI's API. resources: "
+            "a core per worker it had (at most 4); 1 GiB plus what a worker used in the notebook."
+        )
+        services.append(Service(body, comment, item.name))
+    return services
+
+
 def inference_service(
     name: str, items: Sequence[ExportItem], protocol: str, storage_uri: str | None
 ) -> dict[str, Any]:
-    """The InferenceService object."""
+    """The InferenceService of the models TorchServe serves."""
     if protocol not in PROTOCOLS:
         raise ValueError(f"protocol must be v1 or v2, got {protocol!r}")
     model = {
@@ -98,6 +162,24 @@ def inference_service(
         "storageUri": storage_uri or PLACEHOLDER.format(name=name),
         "resources": resources(items),
     }
+    return _service(name, model)
+
+
+def language_model_service(name: str, item: ExportItem, storage_uri: str) -> dict[str, Any]:
+    """The InferenceService of a language model on KServe's Hugging Face runtime."""
+    args = [f"--model_name={item.name}"]
+    if not item.on_gpu:
+        args.append("--backend=huggingface")
+    model = {
+        "modelFormat": {"name": "huggingface"},
+        "args": args,
+        "storageUri": storage_uri,
+        "resources": resources([item]),
+    }
+    return _service(name, model)
+
+
+def _service(name: str, model: dict[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": "serving.kserve.io/v1beta1",
         "kind": "InferenceService",
@@ -106,12 +188,10 @@ def inference_service(
     }
 
 
-def inference_service_yaml(
-    service: dict[str, Any], items: Sequence[ExportItem], placeholder: bool
-) -> str:
-    """The file's text: comments (what to do, why the resources), then the object."""
+def inference_services_yaml(services: Sequence[Service], placeholder: bool) -> str:
+    """The file's text: what to do, then each service with its comment (one document each)."""
     head = ["# Written by `jupyter serve export`: `kubectl apply -f inferenceservice.yaml`."]
     if placeholder:
         head.append("# REPLACE storageUri: upload this folder and put its URI there (README.md).")
-    head.append(resources_comment(items))
-    return "\n".join(head) + "\n" + yaml.safe_dump(service, sort_keys=False)
+    documents = [f"{s.comment}\n{yaml.safe_dump(s.body, sort_keys=False)}" for s in services]
+    return "\n".join(head) + "\n" + "---\n".join(documents)

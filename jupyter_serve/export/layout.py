@@ -5,9 +5,13 @@
 1. refuses a DIR that is a file, or a non-empty folder unless `options.force`;
 2. fetches every item's archive into `<tmp>/model-store/` (`<name>.mar`, or
    `<name>-<version>.mar` for a model with several versions); a version whose archive
-   cannot be had is left out with its reason (`Skipped`), the others go on;
-3. writes `config/config.properties`, `inferenceservice.yaml`, the example request
-   bodies the archives ship (`samples/`, samples.py) and `README.md`;
+   cannot be had is left out with its reason (`Skipped`), the others go on; a language
+   model's archive gets the `causal_lm` handler as a file TorchServe runs
+   (lm_archive.py);
+3. writes `config/config.properties`, `inferenceservice.yaml`, each language model's
+   folder for KServe's Hugging Face runtime (`huggingface/<model>/`, its default
+   version), the example request bodies the archives ship (`samples/`, samples.py) and
+   `README.md`;
 4. renames the folder onto DIR (an old DIR, with `force`, is moved aside first and
    removed after). Any failure removes the temporary folder: nothing half-written stays.
 """
@@ -23,7 +27,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from jupyter_serve.export.facts import archive_facts
-from jupyter_serve.export.kserve import inference_service, inference_service_yaml, service_name
+from jupyter_serve.export.kserve import (
+    inference_services,
+    inference_services_yaml,
+    model_folder,
+    service_name,
+)
+from jupyter_serve.export.lm_archive import make_portable, write_model_folder
 from jupyter_serve.export.plan import ExportError, ExportItem, NotExported, Skipped
 from jupyter_serve.export.properties import config_properties
 from jupyter_serve.export.readme import Exported, readme
@@ -101,6 +111,7 @@ def _archives(store: Path, items: Sequence[ExportItem]) -> tuple[list[Exported],
         target = store / names[item.name, item.version]
         try:
             item.fetch(target)
+            make_portable(target, item.batch_size)
             facts = archive_facts(target)
         except (NotExported, ServeError, OSError, ValueError) as error:
             target.unlink(missing_ok=True)
@@ -148,7 +159,8 @@ def _describe(
     skipped: Sequence[Skipped],
     options: ExportOptions,
 ) -> None:
-    """config.properties, inferenceservice.yaml and README.md."""
+    """config.properties, inferenceservice.yaml, the language models' folders, the samples
+    and README.md."""
     pairs = [(e.item, e.mar) for e in exported]
     requirements = any(e.facts.requirements for e in exported)
     written = time.strftime("%Y-%m-%d %H:%M:%S %Z")
@@ -158,12 +170,19 @@ def _describe(
     )
     name = service_name(options.name or dest.name)
     items = [e.item for e in exported]
-    service = inference_service(name, items, options.protocol, options.storage_uri)
-    text = inference_service_yaml(service, items, placeholder=options.storage_uri is None)
+    language_models = {e.item.name for e in exported if e.facts.language_model and e.item.default}
+    services = inference_services(name, items, options.protocol, options.storage_uri,
+                                  language_models)  # fmt: skip
+    text = inference_services_yaml(services, placeholder=options.storage_uri is None)
     (temp / "inferenceservice.yaml").write_text(text, encoding="utf-8")
+    for e in exported:
+        if e.item.name in language_models and e.item.default:
+            folder = temp / model_folder(e.item.name)
+            folder.parent.mkdir(exist_ok=True)
+            write_model_folder(temp / "model-store" / e.mar, folder)
     samples = write_samples(temp, temp / "model-store", exported)
     (temp / "README.md").write_text(
-        readme(name, exported, skipped, options.protocol, samples), encoding="utf-8"
+        readme(name, exported, skipped, options.protocol, samples, services), encoding="utf-8"
     )
 
 

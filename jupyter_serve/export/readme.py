@@ -1,4 +1,7 @@
-"""`DIR/README.md`: what the export holds, how to run it, and what did not carry over."""
+"""`DIR/README.md`: what the export holds, how to run it, and what did not carry over.
+
+Language models (handler `causal_lm`) get their own paragraphs (readme_lm.py).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +9,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from jupyter_serve.export.facts import ArchiveFacts
+from jupyter_serve.export.kserve import Service
 from jupyter_serve.export.plan import ExportItem, Skipped
+from jupyter_serve.export.readme_lm import (
+    LM_BODY,
+    lm_kserve,
+    lm_names,
+    lm_not_carried,
+    lm_torchserve,
+    lm_upload,
+)
 from jupyter_serve.export.samples import Sample
 
 __all__ = ["Exported", "readme"]
@@ -35,16 +47,18 @@ def readme(
     skipped: Sequence[Skipped],
     protocol: str,
     samples: Mapping[str, Sample] | None = None,
+    services: Sequence[Service] = (),
 ) -> str:
-    """The README's Markdown; `samples`: the example bodies written, by model name."""
+    """The README's Markdown; `samples`: the example bodies written, by model name;
+    `services`: the InferenceServices of inferenceservice.yaml."""
     parts = [
         _intro(name, exported),
         _run_locally(exported, samples or {}),
-        _kserve(name, exported, protocol),
-        _not_carried(exported, skipped),
+        _kserve(name, exported, protocol, services),
+        _not_carried(exported, skipped, services),
         PORTABLE,
     ]
-    return "\n\n".join(parts).rstrip() + "\n"
+    return "\n\n".join(part for part in parts if part).rstrip() + "\n"
 
 
 def _intro(name: str, exported: Sequence[Exported]) -> str:
@@ -55,6 +69,7 @@ def _intro(name: str, exported: Sequence[Exported]) -> str:
         f"`model-store/{e.mar}` |"
         for e in exported
     )
+    upload = lm_upload(exported)
     return f"""# {name}: exported by `jupyter serve export`
 
 What a jupyter_serve notebook server served, laid out as KServe's TorchServe runtime
@@ -64,7 +79,7 @@ expects it:
   model-config.yaml, as they were served);
 - `config/config.properties`: TorchServe 0.12's settings, with a `model_snapshot` that
   brings back every version below with its workers, batching and timeouts;
-- `inferenceservice.yaml`: a KServe `InferenceService` (`serving.kserve.io/v1beta1`).
+- `inferenceservice.yaml`: KServe `InferenceService`s (`serving.kserve.io/v1beta1`).{upload}
 
 {TABLE_HEAD}
 {rows}"""
@@ -72,7 +87,8 @@ expects it:
 
 def _run_locally(exported: Sequence[Exported], samples: Mapping[str, Sample]) -> str:
     names = list(dict.fromkeys(e.item.name for e in exported))
-    calls = "\n".join(_predict_call(name, samples.get(name)) for name in names)
+    language = lm_names(exported)
+    calls = "\n".join(_predict_call(name, samples.get(name), name in language) for name in names)
     return f"""## Run it with TorchServe
 
 With TorchServe 0.12 (`pip install torchserve==0.12.0 torch-model-archiver==0.12.0`,
@@ -85,7 +101,7 @@ curl http://localhost:8081/models                      # the models and versions
 torchserve --stop
 ```
 
-{_about_bodies(names, samples)}
+{_about_bodies(names, samples, language)}
 
 The addresses are KServe's (`0.0.0.0:8085` for inference, `8081` for management,
 `8082` for metrics) and token authorization is off, as KServe's runtime needs: on a
@@ -99,11 +115,19 @@ torchserve --start --model-store model-store --ts-config config/config.propertie
 ```
 
 Back into a notebook server: `jupyter serve --model-store model-store --ts-config
-config/config.properties` serves the same models, versions and settings."""
+config/config.properties` serves the same models, versions and settings.
+
+{lm_torchserve(exported)}"""
 
 
-def _predict_call(name: str, sample: Sample | None) -> str:
-    """A curl of `name`'s default version with its sample, or a JSON body to replace."""
+def _predict_call(name: str, sample: Sample | None, language_model: bool = False) -> str:
+    """A curl of `name`'s default version with its sample, or a JSON body to replace (a
+    prompt for a language model, whose answer streams)."""
+    if sample is None and language_model:
+        return (
+            f"curl -N http://localhost:8085/predictions/{name} -H "
+            f"\"Content-Type: application/json\" \\\n     -d '{LM_BODY}'"
+        )
     if sample is None:
         body = f"-d '{PLACEHOLDER_BODY}'   # replace with an input of {name}"
         kind = "application/json"
@@ -114,9 +138,10 @@ def _predict_call(name: str, sample: Sample | None) -> str:
     )
 
 
-def _about_bodies(names: Sequence[str], samples: Mapping[str, Sample]) -> str:
+def _about_bodies(names: Sequence[str], samples: Mapping[str, Sample],
+                  language: Sequence[str] = ()) -> str:  # fmt: skip
     shipped = [name for name in names if name in samples]
-    missing = [name for name in names if name not in samples]
+    missing = [name for name in names if name not in samples and name not in language]
     lines = []
     if shipped:
         lines.append(
@@ -133,14 +158,28 @@ def _about_bodies(names: Sequence[str], samples: Mapping[str, Sample]) -> str:
     return "\n".join(lines)
 
 
-def _kserve(name: str, exported: Sequence[Exported], protocol: str) -> str:
-    first = exported[0].item.name
-    route = (
-        f'/v1/models/{first}:predict  # body: {{"instances": [...]}}'
-        if protocol == "v1"
-        else f'/v2/models/{first}/infer  # body: {{"inputs": [...]}} (Open Inference Protocol)'
-    )
-    return f"""## Deploy it on KServe
+def _kserve(
+    name: str, exported: Sequence[Exported], protocol: str, services: Sequence[Service]
+) -> str:
+    language = lm_names(exported) if services else []
+    served = [e.item.name for e in exported if e.item.name not in language]
+    step = "`kubectl get inferenceservice` until each service is READY"
+    if served:
+        first = served[0]
+        route = (
+            f'/v1/models/{first}:predict  # body: {{"instances": [...]}}'
+            if protocol == "v1"
+            else f'/v2/models/{first}/infer  # body: {{"inputs": [...]}} (Open Inference Protocol)'
+        )
+        step += f", and predict at\n   `http://<its host>{route}`"
+        about = (
+            f"The TorchServe service (`{name}`) speaks the KServe {protocol} protocol "
+            "(`--protocol v1|v2` when exporting)."
+        )
+    else:
+        about = ""
+    parts = [
+        f"""## Deploy it on KServe
 
 1. Upload this folder (`config/` and `model-store/` at its top) where KServe's storage
    initializer can read it, for example `gsutil cp -r . gs://BUCKET/{name}` or
@@ -148,13 +187,16 @@ def _kserve(name: str, exported: Sequence[Exported], protocol: str) -> str:
 2. Put that URI in `inferenceservice.yaml`'s `storageUri` (or export again with
    `--storage-uri URI`).
 3. `kubectl apply -f inferenceservice.yaml`, then
-   `kubectl get inferenceservice {name}` until it is READY, and predict at
-   `http://<its host>{route}`.
+   {step}.""",
+        about,
+        lm_kserve(services),
+    ]
+    return "\n\n".join(part for part in parts if part)
 
-The service speaks the KServe {protocol} protocol (`--protocol v1|v2` when exporting)."""
 
-
-def _not_carried(exported: Sequence[Exported], skipped: Sequence[Skipped]) -> str:
+def _not_carried(
+    exported: Sequence[Exported], skipped: Sequence[Skipped], services: Sequence[Service]
+) -> str:
     lines = [f"- **{s}**: not exported." for s in skipped]
     for e in exported:
         what = f"{e.item.name} {e.item.version}"
@@ -169,6 +211,7 @@ def _not_carried(exported: Sequence[Exported], skipped: Sequence[Skipped]) -> st
             "TorchServe ignores it."
             for setting in e.facts.notebook_only
         ]
+    lines += lm_not_carried(exported, services)
     listed = "\n".join(lines) or "- Every chosen model version was exported."
     return f"""## What did not carry over
 
