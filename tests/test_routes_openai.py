@@ -145,7 +145,8 @@ async def test_an_inference_key_is_an_api_key_within_its_scope(
         return str(json.loads(answer.body)["key"])
 
     async with client_for(await mint(["tinylm"])) as keyed:
-        answer = await keyed.completions.create(model="tinylm", prompt=PROMPT, max_tokens=2)
+        answer = await keyed.completions.create(model="tinylm", prompt=PROMPT, max_tokens=2,
+                                                temperature=0)  # fmt: skip
     assert answer.usage is not None
     assert answer.usage.completion_tokens == 2
     async with client_for(await mint(["other"])) as other:
@@ -203,7 +204,7 @@ async def test_bad_requests_are_openai_errors(
     assert error["param"] == param
     if status == 404:
         assert error["code"] == "model_not_found"
-    one_token = json.dumps({"model": "tinylm", "prompt": "a", "max_tokens": 1})
+    one_token = json.dumps({"model": "tinylm", "prompt": "a", "max_tokens": 1, "temperature": 0})
     still = await jp_fetch("serve", "v1", "completions", method="POST", headers=dict(JSON),
                            body=one_token)  # fmt: skip
     assert json.loads(still.body)["usage"]["completion_tokens"] == 1  # nothing stuck
@@ -236,7 +237,7 @@ async def test_a_client_that_leaves_mid_stream_frees_its_place_at_once(
         await raw.reader.readuntil(b"\n\n")  # the first event
     answer = await jp_fetch("serve", "v1", "completions", method="POST", headers=dict(JSON),
                             body=json.dumps({"model": "tinylm", "prompt": PROMPT,
-                                             "max_tokens": 3}))  # fmt: skip
+                                             "max_tokens": 3, "temperature": 0}))  # fmt: skip
     assert json.loads(answer.body)["usage"]["completion_tokens"] == 3
     summary = json.loads((await jp_fetch("serve", "summary")).body)
     [row] = [m for m in summary["models"] if m["modelName"] == "tinylm"]

@@ -12,7 +12,8 @@ Requests are read by jupyter_serve/wire/generation.py (a prompt or chat messages
 default for this handler, server/models.py) each call is one step of every running
 request: a new request is tokenized (its chat template applied) and prefilled, a running
 one decodes one token against its own KV cache (jupyter_serve/handlers/lm_generation.py),
-and each answers that step's text as one chunk; a request stays while its generation
+the running ones in one forward pass (jupyter_serve/handlers/lm_batch.py), and each answers
+that step's text as one chunk; a request stays while its generation
 goes on (`context.stopping_criteria`). A request the server no longer sends (its client
 left) is forgotten at once. With `continuousBatching: false` a call runs its batch to the
 end, streaming each step (`send_intermediate_predict_response`).
@@ -38,6 +39,7 @@ from typing import Any
 
 import torch
 
+from jupyter_serve.handlers.lm_batch import decode_together
 from jupyter_serve.handlers.lm_generation import Generation, cache_keyword_of
 from jupyter_serve.wire.generation import GenerationRequest, RequestError, read_request
 from jupyter_serve.worker.streaming import send_intermediate_predict_response
@@ -78,7 +80,8 @@ class CausalLM:
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.utils import logging
 
-        logging.disable_progress_bar()  # a bar per load would fill the worker's log
+        hf_logging: Any = logging  # untyped functions
+        hf_logging.disable_progress_bar()  # a bar per load would fill the worker's log
         properties = context.system_properties
         config = context.model_yaml_config or {}
         options = config.get("handler") or {}
@@ -116,23 +119,22 @@ class CausalLM:
         """One step of every running request; new ones join (module docstring)."""
         for gone in set(self.generations) - set(ids):
             del self.generations[gone]  # its client left: the server no longer sends it
-        chunks: list[bytes] = []
-        criteria: list[Callable[[Any], bool | None]] = []
+        chunks: list[bytes] = [b""] * len(ids)
+        criteria: list[Callable[[Any], bool | None]] = [_plain] * len(ids)
+        stepping: dict[int, Generation] = {}
         for idx, (row, request_id) in enumerate(zip(data, ids, strict=True)):
             generation = self.generations.get(request_id)
-            first = generation is None
             if generation is None:
                 try:
-                    generation = self.start(row)
+                    generation = self.generations[request_id] = self.start(row)
                 except RequestError as error:
-                    chunks.append(self.refuse(error, idx, context))
-                    criteria.append(_plain)
+                    chunks[idx] = self.refuse(error, idx, context)
                     continue
-                self.generations[request_id] = generation
-            text = generation.step(self.model, self.device, self.cache_keyword)
-            chunks.append(_chunk(generation, text))
-            context.set_response_content_type(idx, _content_type(generation))
-            criteria.append(partial(self._ends, request_id, first))
+            criteria[idx] = partial(self._ends, request_id, generation.cache is None)
+            stepping[idx] = generation
+        for idx, text in self.advance(stepping).items():
+            chunks[idx] = _chunk(stepping[idx], text)
+            context.set_response_content_type(idx, _content_type(stepping[idx]))
         context.stopping_criteria = criteria
         return chunks
 
@@ -146,15 +148,29 @@ class CausalLM:
             except RequestError as error:
                 chunks[idx] = self.refuse(error, idx, context)
         while True:
-            for idx, generation in running.items():
-                if generation.finish_reason is None:
-                    text = generation.step(self.model, self.device, self.cache_keyword)
-                    chunks[idx] = _chunk(generation, text)
-                    context.set_response_content_type(idx, _content_type(generation))
+            going = {idx: g for idx, g in running.items() if g.finish_reason is None}
+            for idx, text in self.advance(going).items():
+                chunks[idx] = _chunk(running[idx], text)
+                context.set_response_content_type(idx, _content_type(running[idx]))
             if all(generation.finish_reason for generation in running.values()):
                 return chunks
-            going = {idx: ids[idx] for idx, g in running.items() if g.finish_reason is None}
-            send_intermediate_predict_response(chunks, going, "Intermediate", 200, context)
+            going_ids = {idx: ids[idx] for idx, g in running.items() if g.finish_reason is None}
+            send_intermediate_predict_response(chunks, going_ids, "Intermediate", 200, context)
+
+    def advance(self, generations: Mapping[int, Generation]) -> dict[int, str]:
+        """One token of each generation, and the text it completes: new ones run their
+        prompt alone, running ones decode together (lm_batch.py) unless one runs alone."""
+        texts: dict[int, str] = {}
+        decoding = {idx: g for idx, g in generations.items() if g.cache is not None}
+        for idx, generation in generations.items():
+            if idx not in decoding or len(decoding) == 1:
+                texts[idx] = generation.step(self.model, self.device, self.cache_keyword)
+        if len(decoding) > 1:
+            logits = decode_together(self.model, list(decoding.values()), self.device,
+                                     self.cache_keyword)  # fmt: skip
+            for row, (idx, generation) in enumerate(decoding.items()):
+                texts[idx] = generation.take(logits[row])
+        return texts
 
     def start(self, row: Mapping[str, Any]) -> Generation:
         """A new request's generation, its prompt tokenized and checked against the window."""

@@ -58,16 +58,25 @@ class Generation:
         return len(self.generated)
 
     def step(self, model: Any, device: torch.device, cache_keyword: str) -> str:
-        """Run one forward pass and take one token; the text it completes. `cache_keyword`
-        names the model's KV cache argument and output (`cache_keyword_of`)."""
+        """Run one forward pass of this request alone and take one token; the text it
+        completes. `cache_keyword` names the model's KV cache argument and output
+        (`cache_keyword_of`)."""
         fresh = self.cache is None
         ids = self.prompt_ids if fresh else self.generated[-1:]
         with torch.inference_mode():
             out = model(input_ids=torch.tensor([ids], device=device), use_cache=True,
                         **{cache_keyword: self.cache})  # fmt: skip
         self.cache = getattr(out, cache_keyword)
-        token = choose_token(out.logits[0, -1], self.request, self.generator)
-        return self._take(token)
+        return self.take(out.logits[0, -1])
+
+    @property
+    def cached(self) -> int:
+        """Positions in this request's KV cache: its prompt and the tokens fed back."""
+        return len(self.prompt_ids) + len(self.generated) - 1 if self.cache is not None else 0
+
+    def take(self, logits: torch.Tensor) -> str:
+        """Choose the next token from its logits; the text it completes."""
+        return self._take(choose_token(logits, self.request, self.generator))
 
     def _take(self, token: int) -> str:
         if token in self.end_ids:

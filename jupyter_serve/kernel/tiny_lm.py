@@ -53,8 +53,9 @@ def corpus() -> list[str]:
 @contextmanager
 def quiet_progress() -> Iterator[None]:
     """No transformers progress bars (loading, saving) in the cell's output meanwhile."""
-    from transformers.utils import logging
+    from transformers.utils import logging as hf_logging
 
+    logging: Any = hf_logging  # untyped functions
     shown = logging.is_progress_bar_enabled()
     logging.disable_progress_bar()
     try:
