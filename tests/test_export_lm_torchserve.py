@@ -40,13 +40,7 @@ import yaml
 from kserve_schema import validate_inference_service
 from lm_models import archive_lm, tiny_lm
 from route_models import serve_state, server_config
-from torchserve_process import (
-    TorchServeProcess,
-    bench_servers,
-    free_port,
-    skip_reason,
-    torchserve_bin,
-)
+from torchserve_process import bench_servers, on_export, skip_reason, torchserve_bin
 
 from jupyter_serve.cli import main
 from jupyter_serve.export.lm_archive import REQUIREMENTS
@@ -125,25 +119,17 @@ async def test_torchserve_serves_the_exported_language_model_as_jupyter_serve_di
         "huggingface"
     ]
 
-    port, management = free_port(), free_port()
-    env = {
-        "TS_INFERENCE_ADDRESS": f"http://127.0.0.1:{port}",
-        "TS_MANAGEMENT_ADDRESS": f"http://127.0.0.1:{management}",
-        "TS_METRICS_ADDRESS": f"http://127.0.0.1:{free_port()}",
-        "TS_GRPC_INFERENCE_PORT": str(free_port()),
-        "TS_GRPC_MANAGEMENT_PORT": str(free_port()),
-    }
-    args = ["--model-store", str(dest / "model-store"),
-            "--ts-config", str(dest / "config" / "config.properties")]  # fmt: skip
-    torchserve = TorchServeProcess(tmp_path / "torchserve", bin_dir, args, env)
+    torchserve, ports = on_export(dest, tmp_path / "torchserve", bin_dir)
     try:
         torchserve.wait_for("WORKER_MODEL_LOADED", count=served["minWorkers"])
         assert "Installed custom pip packages for model tinylm" in torchserve.log()
-        url = f"http://127.0.0.1:{port}/predictions/tinylm"
+        url = f"http://127.0.0.1:{ports.inference}/predictions/tinylm"
         async with httpx.AsyncClient(timeout=120) as client:
             got = await answers(client, url)
             together = await answers(client, url, at_once=True)
-            [described] = (await client.get(f"http://127.0.0.1:{management}/models/tinylm")).json()
+            [described] = (
+                await client.get(f"http://127.0.0.1:{ports.management}/models/tinylm")
+            ).json()
         assert [(status, text) for status, _, text in got] == [
             (status, text) for status, _, text in expected
         ], torchserve.log()

@@ -29,7 +29,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from kserve_schema import validate_inference_service
 from magic_shell import magic_shell
 from route_models import register, serve_state, server_config
-from torchserve_process import TorchServeProcess, free_port, skip_reason, torchserve_bin
+from torchserve_process import on_export, skip_reason, torchserve_bin
 
 from jupyter_serve.cli import main
 from jupyter_serve.demo import build_demo
@@ -144,17 +144,7 @@ async def test_torchserve_serves_the_export_as_jupyter_serve_did(
     assert await asyncio.to_thread(main, ["export", str(dest), *server]) == 0
     validate_inference_service(yaml.safe_load((dest / "inferenceservice.yaml").read_text()))
 
-    port, management, metrics = free_port(), free_port(), free_port()
-    env = {
-        "TS_INFERENCE_ADDRESS": f"http://127.0.0.1:{port}",
-        "TS_MANAGEMENT_ADDRESS": f"http://127.0.0.1:{management}",
-        "TS_METRICS_ADDRESS": f"http://127.0.0.1:{metrics}",
-        "TS_GRPC_INFERENCE_PORT": str(free_port()),
-        "TS_GRPC_MANAGEMENT_PORT": str(free_port()),
-    }
-    args = ["--model-store", str(dest / "model-store"),
-            "--ts-config", str(dest / "config" / "config.properties")]  # fmt: skip
-    torchserve = TorchServeProcess(tmp_path / "torchserve", bin_dir, args, env)
+    torchserve, (port, management) = on_export(dest, tmp_path / "torchserve", bin_dir)
     try:
         workers = sum(model["minWorkers"] for model in served.values())
         torchserve.wait_for("WORKER_MODEL_LOADED", count=workers)

@@ -23,6 +23,7 @@ import shutil
 import subprocess
 from pathlib import Path
 from types import ModuleType
+from typing import NamedTuple
 
 import psutil
 from followed_lines import FollowedLines
@@ -113,3 +114,24 @@ class TorchServeProcess:
 
     def _children(self) -> list[int]:
         return [child.pid for child in psutil.Process(self.process.pid).children(recursive=True)]
+
+
+class Ports(NamedTuple):
+    inference: int
+    management: int
+
+
+def on_export(dest: Path, work: Path, bin_dir: Path) -> tuple[TorchServeProcess, Ports]:
+    """TorchServe started on `jupyter serve export`'s folder `dest` as KServe would start
+    it (its model store and config.properties), only its addresses moved to free ports."""
+    ports = Ports(free_port(), free_port())
+    env = {
+        "TS_INFERENCE_ADDRESS": f"http://127.0.0.1:{ports.inference}",
+        "TS_MANAGEMENT_ADDRESS": f"http://127.0.0.1:{ports.management}",
+        "TS_METRICS_ADDRESS": f"http://127.0.0.1:{free_port()}",
+        "TS_GRPC_INFERENCE_PORT": str(free_port()),
+        "TS_GRPC_MANAGEMENT_PORT": str(free_port()),
+    }
+    args = ["--model-store", str(dest / "model-store"),
+            "--ts-config", str(dest / "config" / "config.properties")]  # fmt: skip
+    return TorchServeProcess(work, bin_dir, args, env), ports
