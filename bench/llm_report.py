@@ -85,10 +85,11 @@ def markdown_lines(part: Record) -> list[str]:
              "transformers serve |", "|---" * 13 + "|"]  # fmt: skip
     for row in part.get("summary", []):
         versus = _ratio(row["tokens_per_s"], _value(part, HF, row["concurrency"], "tokens_per_s"))
+        shown = f"{versus:.3f}" if versus is not None and row["server"] == JS else None
         cells = [row["server"], row["concurrency"], row["requests"], row["tokens_per_s"],
                  row["ttft_p50_ms"], row["ttft_p99_ms"], row["itl_p50_ms"], row["tpot_p50_ms"],
                  row["tokens_per_event"], f"{row['same_as_generate']}/{row['requests']}",
-                 row["errors"], row["load1"], versus if row["server"] == JS else None]  # fmt: skip
+                 row["errors"], row["load1"], shown]  # fmt: skip
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     if not part.get("summary"):
         return lines
