@@ -35,7 +35,7 @@ from jupyter_serve.export import ExportItem, ExportOptions, NotExported, lm_hand
 from jupyter_serve.export.lm_archive import REQUIREMENTS
 from jupyter_serve.export.lm_handler import AssemblyError, bundled_modules, standalone_handler
 from jupyter_serve.kernel.client import ServerInfo
-from jupyter_serve.server.models import RegisterParams
+from jupyter_serve.server.models import HANDLER_DEFAULTS, RegisterParams
 from jupyter_serve.server.ts_config import read_properties
 
 __all__ = ["tiny_lm"]
@@ -256,7 +256,8 @@ async def test_jupyter_serve_serves_the_exported_archive_as_it_served_the_built_
     shutil.copyfile(dest / "model-store" / "tinylm.mar", store / "back.mar")
     await registry.register("back.mar", RegisterParams(model_name="back", initial_workers=1))
     [back] = registry.describe("back")
-    assert (back["batchSize"], back["continuousBatching"]) == (8, True)
+    default = HANDLER_DEFAULTS["causal_lm"]["batch_size"]
+    assert (back["batchSize"], back["continuousBatching"]) == (default, True)
 
     body = {"prompt": PROMPT, "max_new_tokens": 12}
     token = {"Authorization": f"token {live_server.token}"}

@@ -45,7 +45,7 @@ from torchserve_process import bench_servers, on_export, skip_reason, torchserve
 from jupyter_serve.cli import main
 from jupyter_serve.export.lm_archive import REQUIREMENTS
 from jupyter_serve.kernel.client import ServerInfo
-from jupyter_serve.server.models import RegisterParams
+from jupyter_serve.server.models import HANDLER_DEFAULTS, RegisterParams
 
 __all__ = ["tiny_lm"]
 
@@ -137,7 +137,7 @@ async def test_torchserve_serves_the_exported_language_model_as_jupyter_serve_di
             assert [encoding for _, encoding, _ in replies[:3]] == ["chunked"] * 3  # streamed
             assert [status for status, _, _ in replies] == [200, 200, 200, 200, 400]
         assert [described[key] for key in SETTINGS] == [served[key] for key in SETTINGS]
-        assert described["batchSize"] == 8
+        assert described["batchSize"] == HANDLER_DEFAULTS["causal_lm"]["batch_size"]
     finally:
         torchserve.stop()
     # Continuously batched: a call per token (the first answer alone has 16). Run to the end

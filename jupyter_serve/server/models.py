@@ -315,7 +315,8 @@ def resolve_spec(
 
 HANDLER_DEFAULTS: dict[str, dict[str, Any]] = {
     # Language models are served token by token (jupyter_serve/handlers/causal_lm.py).
-    "causal_lm": {"continuous_batching": True, "batch_size": 8},
+    # 32 sequences at once: a decode step batches them all (jupyter_serve/handlers/lm_batch.py)
+    "causal_lm": {"continuous_batching": True, "batch_size": 32},
 }
 """Settings a built-in handler changes from the server's defaults (the yaml and the
 registration still win)."""
