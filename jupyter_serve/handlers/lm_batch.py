@@ -15,9 +15,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
-from jupyter_serve.handlers.lm_generation import Generation
+from jupyter_serve.handlers.lm_generation import Generation, as_cache, layers_of
 
 __all__ = ["decode_together"]
 
@@ -27,11 +26,10 @@ def decode_together(
 ) -> torch.Tensor:
     """The next-token logits of each prefilled generation (one row each), their caches
     moved one token on."""
-    from transformers.cache_utils import DynamicCache
-
     lengths = [generation.cached for generation in generations]
     longest = max(lengths)
-    per_layer = zip(*(_layers(generation.cache) for generation in generations), strict=True)
+    caches = [generation.cache for generation in generations]
+    per_layer = zip(*(cache for cache in caches if cache is not None), strict=True)
     stacked = [_stack(layer, lengths, longest) for layer in per_layer]
     mask = torch.zeros(len(generations), longest + 1, dtype=torch.long, device=device)
     for row, length in enumerate(lengths):
@@ -40,25 +38,24 @@ def decode_together(
     positions = torch.tensor([[length] for length in lengths], device=device)
     with torch.inference_mode():
         out = model(input_ids=inputs, attention_mask=mask, position_ids=positions,
-                    use_cache=True, **{cache_keyword: DynamicCache(stacked)})  # fmt: skip
-    layers = _layers(getattr(out, cache_keyword))
+                    use_cache=True, **{cache_keyword: as_cache(stacked)})  # fmt: skip
+    layers = layers_of(getattr(out, cache_keyword))
     for row, (generation, length) in enumerate(zip(generations, lengths, strict=True)):
-        rows = slice(row, row + 1)
-        start = longest - length
-        generation.cache = DynamicCache([(keys[rows, :, start:], values[rows, :, start:])
-                                         for keys, values in layers])  # fmt: skip
+        rows, start = slice(row, row + 1), longest - length
+        generation.cache = [
+            (keys[rows, :, start:], values[rows, :, start:]) for keys, values in layers
+        ]  # views: copied once, at the next stack
     logits: torch.Tensor = out.logits[:, -1]
     return logits
 
 
-def _layers(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    return [(layer.keys, layer.values) for layer in cache.layers]
-
-
-def _stack(
-    layer: Sequence[tuple[torch.Tensor, torch.Tensor]], lengths: list[int], longest: int
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _stack(layer: Sequence[tuple[torch.Tensor, torch.Tensor]], lengths: list[int],
+           longest: int) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """One layer's keys and values of every sequence, left-padded to `longest` positions."""
-    keys = [F.pad(k, (0, 0, longest - n, 0)) for (k, _), n in zip(layer, lengths, strict=True)]
-    values = [F.pad(v, (0, 0, longest - n, 0)) for (_, v), n in zip(layer, lengths, strict=True)]
-    return torch.cat(keys), torch.cat(values)
+    first = layer[0][0]
+    shape = (len(layer), first.shape[1], longest, first.shape[3])
+    keys, values = first.new_zeros(shape), first.new_zeros(shape)
+    for row, ((k, v), length) in enumerate(zip(layer, lengths, strict=True)):
+        keys[row, :, longest - length :] = k[0]
+        values[row, :, longest - length :] = v[0]
+    return keys, values

@@ -23,7 +23,7 @@ import torch
 from jupyter_serve.handlers.lm_text import Detokenizer, StopWatch
 from jupyter_serve.wire.generation import GenerationRequest
 
-__all__ = ["Generation", "cache_keyword_of", "choose_token"]
+__all__ = ["Generation", "Layers", "as_cache", "cache_keyword_of", "choose_token", "layers_of"]
 
 
 class Generation:
@@ -42,7 +42,7 @@ class Generation:
         self.max_new_tokens = max_new_tokens
         self.end_ids = end_ids
         self.generated: list[int] = []
-        self.cache: Any = None
+        self.cache: Layers | None = None  # per layer (keys, values), [1, heads, cached, dim]
         self.finish_reason: str | None = None
         seed = request.seed if request.seed is not None else secrets.randbits(63)
         self.generator = torch.Generator().manual_seed(seed)
@@ -65,8 +65,8 @@ class Generation:
         ids = self.prompt_ids if fresh else self.generated[-1:]
         with torch.inference_mode():
             out = model(input_ids=torch.tensor([ids], device=device), use_cache=True,
-                        **{cache_keyword: self.cache})  # fmt: skip
-        self.cache = getattr(out, cache_keyword)
+                        **{cache_keyword: None if fresh else as_cache(self.cache)})  # fmt: skip
+        self.cache = layers_of(getattr(out, cache_keyword))
         return self.take(out.logits[0, -1])
 
     @property
@@ -96,6 +96,22 @@ class Generation:
         text, stopped = self.stops.feed(self.text.flush())
         self.finish_reason = "stop" if stopped else reason
         return text if stopped else text + self.stops.flush()
+
+
+Layers = list[tuple[torch.Tensor, torch.Tensor]]
+
+
+def as_cache(layers: Layers | None) -> Any:
+    """A transformers KV cache holding `layers` (a request keeps plain tensors between
+    steps: building a cache object copies them, so it is built once per forward)."""
+    from transformers.cache_utils import DynamicCache
+
+    return None if layers is None else DynamicCache(layers)
+
+
+def layers_of(cache: Any) -> Layers:
+    """The (keys, values) tensors of each layer of a transformers KV cache."""
+    return [(layer.keys, layer.values) for layer in cache.layers]
 
 
 def cache_keyword_of(model: Any) -> str:
