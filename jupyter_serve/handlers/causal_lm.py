@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from jupyter_serve.handlers.lm_batch import decode_together
+from jupyter_serve.handlers.lm_batch import DecodeBatch
 from jupyter_serve.handlers.lm_generation import Generation, cache_keyword_of
 from jupyter_serve.wire.generation import GenerationRequest, RequestError, read_request
 from jupyter_serve.worker.streaming import send_intermediate_predict_response
@@ -74,6 +74,7 @@ class CausalLM:
 
     def __init__(self) -> None:
         self.generations: dict[str, Generation] = {}
+        self.batch = DecodeBatch()
         self.initialized = False
 
     def initialize(self, context: Any) -> None:
@@ -162,12 +163,14 @@ class CausalLM:
         prompt alone, running ones decode together (lm_batch.py) unless one runs alone."""
         texts: dict[int, str] = {}
         decoding = {idx: g for idx, g in generations.items() if g.cache is not None}
+        if len(decoding) < 2:
+            self.batch.release()  # a sequence stepping alone needs its own cache
         for idx, generation in generations.items():
             if idx not in decoding or len(decoding) == 1:
                 texts[idx] = generation.step(self.model, self.device, self.cache_keyword)
         if len(decoding) > 1:
-            logits = decode_together(self.model, list(decoding.values()), self.device,
-                                     self.cache_keyword)  # fmt: skip
+            logits = self.batch.decode(self.model, list(decoding.values()), self.device,
+                                       self.cache_keyword)  # fmt: skip
             for row, (idx, generation) in enumerate(decoding.items()):
                 texts[idx] = generation.take(logits[row])
         return texts

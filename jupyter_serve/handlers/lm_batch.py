@@ -2,11 +2,14 @@
 
 A step of the `causal_lm` handler (jupyter_serve/handlers/causal_lm.py) feeds each running
 sequence its last token. One forward pass per sequence costs the model's whole Python
-overhead each time; `decode_together` instead stacks the sequences' KV caches (left-padded
-to the longest, the padding masked out) and runs them as one batch, then hands each
-sequence its own cache back (its rows, without the padding). Each sequence still samples
-with its own generator. The batch's numbers are the model's batched numbers: they match a
-sequence decoded alone up to float rounding, not bit for bit.
+overhead each time; a `DecodeBatch` instead lays the sequences' KV caches out together
+(left-padded to the longest, the padding masked out) and runs them as one batch. While the
+same sequences run, step after step, that layout is kept and only grows by the new token
+(the mask by one column); when one joins or leaves, or one must step alone, each member
+gets its own cache back (views of its rows, without the padding) and the next step lays
+the new set out again. Each sequence still samples with its own generator. The batch's
+numbers are the model's batched numbers: they match a sequence decoded alone up to float
+rounding, not bit for bit.
 """
 
 from __future__ import annotations
@@ -18,39 +21,62 @@ import torch
 
 from jupyter_serve.handlers.lm_generation import Generation, as_cache, layers_of
 
-__all__ = ["decode_together"]
+__all__ = ["DecodeBatch"]
 
 
-def decode_together(
-    model: Any, generations: Sequence[Generation], device: torch.device, cache_keyword: str
-) -> torch.Tensor:
-    """The next-token logits of each prefilled generation (one row each), their caches
-    moved one token on."""
-    lengths = [generation.cached for generation in generations]
-    longest = max(lengths)
-    caches = [generation.cache for generation in generations]
-    per_layer = zip(*(cache for cache in caches if cache is not None), strict=True)
-    stacked = [_stack(layer, lengths, longest) for layer in per_layer]
-    mask = torch.zeros(len(generations), longest + 1, dtype=torch.long, device=device)
-    for row, length in enumerate(lengths):
-        mask[row, longest - length :] = 1
-    inputs = torch.tensor([[g.generated[-1]] for g in generations], device=device)
-    positions = torch.tensor([[length] for length in lengths], device=device)
-    with torch.inference_mode():
-        out = model(input_ids=inputs, attention_mask=mask, position_ids=positions,
-                    use_cache=True, **{cache_keyword: as_cache(stacked)})  # fmt: skip
-    layers = layers_of(getattr(out, cache_keyword))
-    for row, (generation, length) in enumerate(zip(generations, lengths, strict=True)):
-        rows, start = slice(row, row + 1), longest - length
-        generation.cache = [
-            (keys[rows, :, start:], values[rows, :, start:]) for keys, values in layers
-        ]  # views: copied once, at the next stack
-    logits: torch.Tensor = out.logits[:, -1]
-    return logits
+class DecodeBatch:
+    """The running sequences' caches laid out together (module docstring)."""
+
+    def __init__(self) -> None:
+        self.members: list[Generation] = []
+        self.cache: Any = None
+        self.mask: torch.Tensor | None = None
+
+    def decode(
+        self, model: Any, generations: Sequence[Generation], device: torch.device,
+        cache_keyword: str,
+    ) -> torch.Tensor:  # fmt: skip
+        """The next-token logits of each prefilled generation (one row each)."""
+        if [id(g) for g in generations] != [id(g) for g in self.members]:
+            self.release()
+            self._lay_out(generations, device)
+        assert self.mask is not None
+        mask = torch.cat([self.mask, self.mask.new_ones(len(generations), 1)], dim=1)
+        inputs = torch.tensor([[g.generated[-1]] for g in generations], device=device)
+        positions = torch.tensor([[g.cached] for g in generations], device=device)
+        with torch.inference_mode():
+            out = model(input_ids=inputs, attention_mask=mask, position_ids=positions,
+                        use_cache=True, **{cache_keyword: self.cache})  # fmt: skip
+        self.cache, self.mask = getattr(out, cache_keyword), mask
+        logits: torch.Tensor = out.logits[:, -1]
+        return logits
+
+    def release(self) -> None:
+        """Give each member its own cache back (before one steps alone or the set changes)."""
+        if self.mask is None:
+            return
+        width = self.mask.shape[1]
+        layers = layers_of(self.cache)
+        for row, generation in enumerate(self.members):
+            rows, start = slice(row, row + 1), width - generation.cached
+            generation.cache = [(keys[rows, :, start:], values[rows, :, start:])
+                                for keys, values in layers]  # fmt: skip
+        self.members, self.cache, self.mask = [], None, None
+
+    def _lay_out(self, generations: Sequence[Generation], device: torch.device) -> None:
+        lengths = [generation.cached for generation in generations]
+        longest = max(lengths)
+        per_layer = zip(*(layers_of(g.cache) for g in generations), strict=True)
+        self.cache = as_cache([_stack(layer, lengths, longest) for layer in per_layer])
+        self.mask = torch.zeros(len(generations), longest, dtype=torch.long, device=device)
+        for row, length in enumerate(lengths):
+            self.mask[row, longest - length :] = 1
+        self.members = list(generations)
 
 
-def _stack(layer: Sequence[tuple[torch.Tensor, torch.Tensor]], lengths: list[int],
-           longest: int) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+def _stack(
+    layer: Sequence[tuple[torch.Tensor, torch.Tensor]], lengths: list[int], longest: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """One layer's keys and values of every sequence, left-padded to `longest` positions."""
     first = layer[0][0]
     shape = (len(layer), first.shape[1], longest, first.shape[3])

@@ -42,7 +42,9 @@ class Generation:
         self.max_new_tokens = max_new_tokens
         self.end_ids = end_ids
         self.generated: list[int] = []
-        self.cache: Layers | None = None  # per layer (keys, values), [1, heads, cached, dim]
+        # A transformers cache while it steps alone, else per layer (keys, values) tensors
+        # [1, heads, cached, dim] (views of a batch's, lm_batch.py)
+        self.cache: Any = None
         self.finish_reason: str | None = None
         seed = request.seed if request.seed is not None else secrets.randbits(63)
         self.generator = torch.Generator().manual_seed(seed)
@@ -65,8 +67,8 @@ class Generation:
         ids = self.prompt_ids if fresh else self.generated[-1:]
         with torch.inference_mode():
             out = model(input_ids=torch.tensor([ids], device=device), use_cache=True,
-                        **{cache_keyword: None if fresh else as_cache(self.cache)})  # fmt: skip
-        self.cache = layers_of(getattr(out, cache_keyword))
+                        **{cache_keyword: as_cache(self.cache)})  # fmt: skip
+        self.cache = getattr(out, cache_keyword)
         return self.take(out.logits[0, -1])
 
     @property
@@ -101,16 +103,18 @@ class Generation:
 Layers = list[tuple[torch.Tensor, torch.Tensor]]
 
 
-def as_cache(layers: Layers | None) -> Any:
-    """A transformers KV cache holding `layers` (a request keeps plain tensors between
-    steps: building a cache object copies them, so it is built once per forward)."""
+def as_cache(layers: Any) -> Any:
+    """A transformers KV cache holding `layers` (plain tensors, copied in once), or the
+    cache itself (or None) as it is."""
     from transformers.cache_utils import DynamicCache
 
-    return None if layers is None else DynamicCache(layers)
+    return DynamicCache(layers) if isinstance(layers, list) else layers
 
 
 def layers_of(cache: Any) -> Layers:
-    """The (keys, values) tensors of each layer of a transformers KV cache."""
+    """The (keys, values) tensors of each layer of a KV cache (plain tensors as they are)."""
+    if isinstance(cache, list):
+        return cache
     return [(layer.keys, layer.values) for layer in cache.layers]
 
 
