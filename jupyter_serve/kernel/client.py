@@ -116,6 +116,34 @@ class ServeClient:
         """Send one request to `{url}serve/{path}`; raise `ServeClientError` on >= 400.
 
         A file `body` is streamed (give its Content-Length in `headers`)."""
+        request = self._prepared(method, path, params, body, content_type, headers)
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as answer:
+                return Response(answer.status, dict(answer.headers.items()), answer.read())
+        except urllib.error.HTTPError as error:
+            raise client_error(error.code, error.read()) from None
+
+    def stream_lines(self, method: str, path: str, body: Any) -> Iterator[bytes]:
+        """Send `body` as JSON to `{url}serve/{path}`; the answer's lines as they arrive
+        (server-sent events); `ServeClientError` on >= 400."""
+        request = self._prepared(method, path, None, json.dumps(body).encode(),
+                                 "application/json", None)  # fmt: skip
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as answer:
+                yield from iter(answer.readline, b"")
+        except urllib.error.HTTPError as error:
+            raise client_error(error.code, error.read()) from None
+
+    def _prepared(
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, Any] | None,
+        body: bytes | IO[bytes] | None,
+        content_type: str | None,
+        headers: Mapping[str, str] | None,
+    ) -> urllib.request.Request:
+        """The request to `{url}serve/{path}` with its query, token and headers."""
         url = urllib.parse.urljoin(self.server.serve_url, path)
         query = {k: _param(v) for k, v in (params or {}).items() if v is not None}
         if query:
@@ -127,25 +155,7 @@ class ServeClient:
             request.add_header("Content-Type", content_type)
         for name, value in (headers or {}).items():
             request.add_header(name, value)
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as answer:
-                return Response(answer.status, dict(answer.headers.items()), answer.read())
-        except urllib.error.HTTPError as error:
-            raise client_error(error.code, error.read()) from None
-
-    def stream_lines(self, method: str, path: str, body: Any) -> Iterator[bytes]:
-        """Send `body` as JSON to `{url}serve/{path}`; the answer's lines as they arrive
-        (server-sent events); `ServeClientError` on >= 400."""
-        url = urllib.parse.urljoin(self.server.serve_url, path)
-        request = urllib.request.Request(url, data=json.dumps(body).encode(), method=method)
-        request.add_header("Content-Type", "application/json")
-        if self.server.token:
-            request.add_header("Authorization", f"token {self.server.token}")
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as answer:
-                yield from iter(answer.readline, b"")
-        except urllib.error.HTTPError as error:
-            raise client_error(error.code, error.read()) from None
+        return request
 
     def request_json(self, method: str, path: str, **kwargs: Any) -> Any:
         return self.request(method, path, **kwargs).json()
