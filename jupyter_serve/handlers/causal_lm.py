@@ -10,11 +10,12 @@ template...), packed as the archive's extra files:
 Requests are read by jupyter_serve/wire/generation.py (a prompt or chat messages,
 `max_new_tokens`, `temperature`, `top_p`, `seed`, `stop`). With continuous batching (on by
 default for this handler, server/models.py) each call is one step of every running
-request: a new request is tokenized (its chat template applied) and prefilled, a running
-one decodes one token against its own KV cache (jupyter_serve/handlers/lm_generation.py),
-the running ones in one forward pass (jupyter_serve/handlers/lm_batch.py), and each answers
-that step's text as one chunk; a request stays while its generation
-goes on (`context.stopping_criteria`). A request the server no longer sends (its client
+request: a new request is tokenized (its chat template applied) and prefilled (beside the
+others that join with it, jupyter_serve/handlers/lm_prefill.py), a running one decodes one
+token against its own KV cache (jupyter_serve/handlers/lm_generation.py), the running ones
+in one forward pass (jupyter_serve/handlers/lm_batch.py), and each answers that step's text
+as one chunk; a request stays while its generation goes on (`context.stopping_criteria`).
+A request the server no longer sends (its client
 left) is forgotten at once. With `continuousBatching: false` a call runs its batch to the
 end, streaming each step (`send_intermediate_predict_response`).
 
@@ -41,6 +42,7 @@ import torch
 
 from jupyter_serve.handlers.lm_batch import DecodeBatch
 from jupyter_serve.handlers.lm_generation import Generation, cache_keyword_of
+from jupyter_serve.handlers.lm_prefill import prefill_groups, prefill_together
 from jupyter_serve.wire.generation import GenerationRequest, RequestError, read_request
 from jupyter_serve.worker.streaming import send_intermediate_predict_response
 
@@ -160,14 +162,24 @@ class CausalLM:
 
     def advance(self, generations: Mapping[int, Generation]) -> dict[int, str]:
         """One token of each generation, and the text it completes: new ones run their
-        prompt alone, running ones decode together (lm_batch.py) unless one runs alone."""
+        prompts (together when several join, lm_prefill.py), running ones decode together
+        (lm_batch.py) unless one runs alone."""
         texts: dict[int, str] = {}
         decoding = {idx: g for idx, g in generations.items() if g.cache is not None}
         if len(decoding) < 2:
             self.batch.release()  # a sequence stepping alone needs its own cache
-        for idx, generation in generations.items():
-            if idx not in decoding or len(decoding) == 1:
-                texts[idx] = generation.step(self.model, self.device, self.cache_keyword)
+        row_of = {id(g): idx for idx, g in generations.items() if idx not in decoding}
+        for group in prefill_groups([generations[idx] for idx in row_of.values()]):
+            if len(group) == 1:
+                texts[row_of[id(group[0])]] = group[0].step(self.model, self.device,
+                                                             self.cache_keyword)  # fmt: skip
+                continue
+            logits = prefill_together(self.model, group, self.device, self.cache_keyword)
+            for row, generation in enumerate(group):
+                texts[row_of[id(generation)]] = generation.take(logits[row])
+        if len(decoding) == 1:
+            ((idx, alone),) = decoding.items()
+            texts[idx] = alone.step(self.model, self.device, self.cache_keyword)
         if len(decoding) > 1:
             logits = self.batch.decode(self.model, list(decoding.values()), self.device,
                                        self.cache_keyword)  # fmt: skip
