@@ -4,7 +4,7 @@ The model is made once per run (bench/llm_local.py, a child process): jupyter_se
 Llama (`SHAPE`, seed 0) trained for `TRAIN_STEPS` seeded steps, so it babbles Python's
 documentation rather than noise. The same folder is archived for jupyter_serve (handler
 `causal_lm`, the folder's files as extra files; registered with 1 worker and the
-handler's defaults: continuous batching, batch size 8) and served as is by
+handler's defaults: continuous batching, batch size 32) and served as is by
 `transformers serve --continuous-batching --device cpu` (bench/hf_serve.py).
 
 Both get the same seeded chat prompts (`conversations`: snippets of Python's own
@@ -13,9 +13,12 @@ in `CONCURRENCIES` over the OpenAI streaming API (bench/llm_stream.py: output to
 time to first token p50/p99, inter-token latency p50), `rounds` requests per client,
 repeated with the servers' order swapped; both servers run side by side, idle while the
 other is measured. Every answer is compared with in-process greedy `generate()` on the
-same folder at concurrency 1 (bench/llm_local.py), whose tokens/s is the in-process limit
-(taken before the servers start). Then the memory of one more LM worker: jupyter_serve's
-tree PSS (bench/memory.py) at 1 worker and at 2, each worker having answered.
+same folder at concurrency 1 (bench/llm_local.py, run before the servers start). Its
+tokens/s is the in-process limit: measured again at each repeat of concurrency 1, in turn
+with the servers (both idle meanwhile), since this shared machine's speed drifts over
+minutes and a limit taken apart from the points it bounds would measure the drift. Then
+the memory of one more LM worker: jupyter_serve's tree PSS (bench/memory.py) at 1 worker
+and at 2, each worker having answered.
 
 `ratios(part)`: `llm_tokens_c8_vs_transformers_serve`, `llm_ttft_p50_c8_vs_transformers_serve`,
 `llm_tokens_c1_vs_inprocess_generate`, `llm_extra_worker_pss_mib` and a few more.
@@ -32,6 +35,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +50,7 @@ from points import pinned
 from jupyter_serve.archive import ArchiveSpec, build_mar
 
 JS, HF = "jupyter_serve", "transformers_serve"
+INPROCESS = "inprocess_generate"  # a turn of the concurrency-1 points, not a server
 MODEL = "tinylm"
 CONCURRENCIES = (1, 8, 32)
 LOCAL = Path(__file__).resolve().parent / "llm_local.py"
@@ -158,7 +163,8 @@ def run(work: Path, quick: bool, with_transformers: bool, log: Log) -> dict[str,
         for name, (_, chat) in running.items():  # the first answers pay for setting up
             warm = asyncio.run(llm_stream.closed_loop(chat, chats, 8, 8, plan.max_tokens))
             log(f"LLM warm-up, {name}: {llm_stream.summary(warm, references)}")
-        measure_points(part, running, plan, chats, references, log)
+        alongside = partial(generate_alongside, folder, work / "prompts.json", plan)
+        measure_points(part, running, plan, chats, references, log, alongside)
         part["memory"] = {name: tree(server) for name, (server, _) in running.items()}
         part["memory"][JS]["extra_worker"] = extra_worker(js, running[JS][1], chats, plan)
         log(f"LLM memory: {part['memory']}")
@@ -169,17 +175,31 @@ def run(work: Path, quick: bool, with_transformers: bool, log: Log) -> dict[str,
     return part
 
 
+def generate_alongside(folder: Path, prompts: Path, plan: LLMPlan) -> float:
+    """In-process greedy `generate()`'s tokens/s now (bench/llm_local.py)."""
+    measured = local("generate", str(folder), "--prompts", str(prompts),
+                     "--max-tokens", str(plan.max_tokens),
+                     "--seconds", str(plan.inprocess_seconds))  # fmt: skip
+    return float(measured["tokens_per_s"])
+
+
 def measure_points(part: dict[str, Any], running: dict[str, tuple[servers.Server, Any]],
-                   plan: LLMPlan, chats: list[Any], references: list[Any],
-                   log: Log) -> None:  # fmt: skip
-    """Every concurrency, every repeat, the servers' order swapped at each repeat."""
+                   plan: LLMPlan, chats: list[Any], references: list[Any], log: Log,
+                   alongside: Callable[[], float]) -> None:  # fmt: skip
+    """Every concurrency, every repeat, the participants' order swapped at each repeat; at
+    concurrency 1 in-process `generate()` takes its turn too (`alongside`)."""
+    part["inprocess_alongside"] = []
     for concurrency in plan.concurrencies:
         for repeat in range(plan.repeats):
-            order = list(running.items())
-            order = order[repeat % len(order) :] + order[: repeat % len(order)]
-            for name, (_, chat) in order:
+            order = [*running, *([INPROCESS] if concurrency == 1 else [])]
+            for name in order[repeat % len(order) :] + order[: repeat % len(order)]:
+                if name == INPROCESS:
+                    part["inprocess_alongside"].append(alongside())
+                    log(f"LLM in-process generate(): {part['inprocess_alongside'][-1]} tokens/s")
+                    continue
                 requests = plan.requests(concurrency)
-                loop = llm_stream.closed_loop(chat, chats, concurrency, requests, plan.max_tokens)
+                loop = llm_stream.closed_loop(running[name][1], chats, concurrency, requests,
+                                              plan.max_tokens)  # fmt: skip
                 with pinned():
                     answers = asyncio.run(loop)
                 point = {"server": name, "concurrency": concurrency, "repeat": repeat,

@@ -47,9 +47,18 @@ def _ratio(top: Any, bottom: Any) -> float | None:
     return None if top is None or not bottom else round(float(top) / float(bottom), 3)
 
 
+def inprocess_limit(part: Record) -> float | None:
+    """In-process `generate()`'s tokens/s: the median of its turns beside the concurrency-1
+    points (bench/llm.py), else the run before the servers started."""
+    alongside = part.get("inprocess_alongside") or []
+    if alongside:
+        return _median(alongside)
+    return (part.get("inprocess_generate") or {}).get("tokens_per_s")  # type: ignore[no-any-return]
+
+
 def ratios(part: Record) -> dict[str, float | None]:
     """The LLM part's ratios (module docstring)."""
-    generate = (part.get("inprocess_generate") or {}).get("tokens_per_s")
+    generate = inprocess_limit(part)
     extra = ((part.get("memory") or {}).get(JS) or {}).get("extra_worker") or {}
 
     def versus(key: str, concurrency: int) -> float | None:
@@ -103,7 +112,9 @@ def markdown_lines(part: Record) -> list[str]:
         f"max({plan['min_requests']}, {plan['rounds']} x c), {plan['repeats']} repeat(s), "
         "medians shown.",
         f"In-process greedy `generate()`, one request at a time: {generate['tokens_per_s']} "
-        f"tokens/s ({generate['torch_threads']} torch threads).",
+        f"tokens/s before the servers started, {part.get('inprocess_alongside') or '-'} in "
+        f"its turns beside the concurrency-1 points, median {inprocess_limit(part)} (the "
+        f"limit the ratio uses; {generate['torch_threads']} torch threads).",
     ]  # fmt: skip
     for name, record in part.get("memory", {}).items():
         lines.append(f"{name}: process tree PSS after the points {record['tree_pss_mib']} MiB.")

@@ -155,7 +155,11 @@ def test_llm_part_streams_the_same_answers_as_generate_and_reports(tmp_path: Pat
     ratios = results["ratios"]
     assert set(RATIOS) <= set(ratios)
     assert ratios["llm_extra_worker_pss_mib"] == extra["extra_worker_pss_mib"]
-    assert isinstance(ratios["llm_tokens_c1_vs_inprocess_generate"], float)
+    assert len(part["inprocess_alongside"]) == 1  # its turn beside the one repeat at c=1
+    served_c1 = next(row for row in part["summary"] if row["concurrency"] == 1)["tokens_per_s"]
+    assert ratios["llm_tokens_c1_vs_inprocess_generate"] == round(
+        served_c1 / part["inprocess_alongside"][0], 3
+    )
     assert ratios["llm_tokens_c8_vs_transformers_serve"] is None
     markdown = out.with_suffix(".md").read_text()
     assert "## Language model over the OpenAI streaming API" in markdown
