@@ -4,7 +4,10 @@ The handler takes, per new request, a number of steps; each call is one step for
 request in the batch, answered with `"{id} {steps left} {ids in this call}"`, and its
 `stopping_criteria` keep a request in the batch until its steps are done. Events are
 recorded in the order the server sees them (a streamed chunk, a final answer), so the
-tests read who joined which step without any clock.
+tests read who joined which step without any clock. The worker steps on its own while the
+server takes the answers (worker/steps.py), so a request that joins or leaves does so a
+step or two after the server learns of it: each step costs `STEP_S`, and the requests it
+races run for many steps.
 """
 
 from __future__ import annotations
@@ -24,11 +27,15 @@ from jupyter_serve.wire.protocol import InferenceRequest, InferenceResult, Param
 
 HANG_GUARD = 60.0
 
-STEPS = """
+STEP_S = 0.01
+STEPS = f"""
+import time
+
 def handle(data, context):
     if data is None:
-        context.cache = {}
+        context.cache = {{}}
         return None
+    time.sleep({STEP_S})
     ids = ",".join(sorted(context.request_ids.values()))
     outputs, criteria = [], []
     for idx, row in enumerate(data):
@@ -39,9 +46,9 @@ def handle(data, context):
                 raise RuntimeError("boom")
             context.cache[request_id] = int(text)
         elif request_id not in context.cache:
-            raise RuntimeError(f"continuing {request_id} was never started")
+            raise RuntimeError(f"continuing {{request_id}} was never started")
         context.cache[request_id] -= 1
-        outputs.append(f"{request_id} {context.cache[request_id]} {ids}")
+        outputs.append(f"{{request_id}} {{context.cache[request_id]}} {{ids}}")
         criteria.append(stopping(context.cache, request_id))
     context.stopping_criteria = criteria
     return outputs
@@ -118,9 +125,8 @@ def run(scenario: Any) -> Any:
 
 
 def test_a_waiting_request_joins_the_running_batch_when_a_place_frees(tmp_path: Path) -> None:
-    """A batch of 4: r1 ends after one step; r5, queued as r2's first chunk is written
-    (the second step has already left), takes r1's place at the third step and is
-    answered long before the others end."""
+    """A batch of 4: r1 ends after one step; r5, queued as r2's first chunk is written,
+    takes r1's place a step or two later and is answered long before the others end."""
 
     async def scenario() -> Recorder:
         pool = await serving(continuous_spec(tmp_path / "steps"))
@@ -128,7 +134,7 @@ def test_a_waiting_request_joins_the_running_batch_when_a_place_frees(tmp_path: 
             recorder = Recorder(pool)
             recorder.on_first_chunk["r2"] = lambda: recorder.submit("r5", "2")
             futures = [recorder.submit("r1", "1")]
-            futures += [recorder.submit(f"r{i}", "6") for i in (2, 3, 4)]
+            futures += [recorder.submit(f"r{i}", "30") for i in (2, 3, 4)]
             await asyncio.gather(*futures)
             await recorder.futures["r5"]  # submitted at r2's first chunk
         finally:
@@ -139,30 +145,39 @@ def test_a_waiting_request_joins_the_running_batch_when_a_place_frees(tmp_path: 
     assert recorder.bodies("r1") == ["r1 0 r1,r2,r3,r4"]  # a plain answer: one step
     assert recorder.bodies("r5") == ["r5 1 r2,r3,r4,r5", "r5 0 r2,r3,r4,r5"]
     assert recorder.first("done", "r5") < recorder.first("done", "r2")
-    steps = ["r1,r2,r3,r4", "r2,r3,r4"] + ["r2,r3,r4,r5"] * 2 + ["r2,r3,r4"] * 2
-    assert recorder.bodies("r2") == [f"r2 {5 - i} {ids}" for i, ids in enumerate(steps)]
-    assert [kind for kind, rid, _ in recorder.events if rid == "r2"] == ["chunk"] * 5 + ["done"]
+    r2 = [body.split() for body in recorder.bodies("r2")]
+    assert [int(left) for _, left, _ in r2] == list(range(29, -1, -1))  # every step, in order
+    ids = [step_ids for _, _, step_ids in r2]
+    assert ids[0] == "r1,r2,r3,r4"
+    joined = ids.index("r2,r3,r4,r5")  # r5 ran two steps in r1's place, then left
+    assert 1 <= joined and ids[joined : joined + 2] == ["r2,r3,r4,r5"] * 2
+    assert set(ids[1:joined] + ids[joined + 2 :]) == {"r2,r3,r4"}
+    assert [kind for kind, rid, _ in recorder.events if rid == "r2"] == ["chunk"] * 29 + ["done"]
 
 
-def test_a_departed_client_leaves_the_batch_at_the_next_step(tmp_path: Path) -> None:
-    """r2's client leaves as its first chunk is written: the next step to leave runs
-    without r2 (the handler stops seeing its id), and r3 goes on to its end."""
+def test_a_departed_client_leaves_the_batch_at_a_next_step(tmp_path: Path) -> None:
+    """r2's client leaves as its first chunk is written: a step or two later the handler
+    stops seeing r2's id (it never runs to its end), and r3 goes on to its end."""
 
     async def scenario() -> Recorder:
         pool = await serving(continuous_spec(tmp_path / "steps"))
         try:
             recorder = Recorder(pool)
             recorder.on_first_chunk["r2"] = lambda: recorder.futures["r2"].cancel()
-            r2, r3 = recorder.submit("r2", "5"), recorder.submit("r3", "3")
+            r2, r3 = recorder.submit("r2", "30"), recorder.submit("r3", "30")
             await asyncio.wait([r2, r3])
+            await r3
         finally:
             await pool.stop()
         return recorder
 
     recorder = run(scenario())
-    # the second step left before the first was written; the third runs without r2
-    assert recorder.bodies("r3") == ["r3 2 r2,r3", "r3 1 r2,r3", "r3 0 r3"]
-    assert recorder.bodies("r2") == ["r2 4 r2,r3", ""]  # its chunk, then it left
+    r3 = [body.split() for body in recorder.bodies("r3")]
+    assert [int(left) for _, left, _ in r3] == list(range(29, -1, -1))
+    ids = [step_ids for _, _, step_ids in r3]
+    alone = ids.index("r3")
+    assert 1 <= alone and set(ids[:alone]) == {"r2,r3"} and set(ids[alone:]) == {"r3"}
+    assert recorder.bodies("r2") == ["r2 29 r2,r3", ""]  # its chunk, then it left
 
 
 def test_a_failing_step_fails_every_running_request_and_the_worker_serves_on(
@@ -176,7 +191,7 @@ def test_a_failing_step_fails_every_running_request_and_the_worker_serves_on(
         try:
             recorder = Recorder(pool)
             recorder.on_first_chunk["r1"] = lambda: recorder.submit("bad", "boom")
-            await asyncio.wait([recorder.submit("r1", "5"), recorder.submit("r2", "9")])
+            await asyncio.wait([recorder.submit("r1", "30"), recorder.submit("r2", "40")])
             await asyncio.wait([recorder.futures["bad"]])
             after = await recorder.submit("after", "1")
         finally:
@@ -188,7 +203,7 @@ def test_a_failing_step_fails_every_running_request_and_the_worker_serves_on(
         error = recorder.futures[request_id].exception()
         assert isinstance(error, ServeError)
         assert error.status_code == 503
-    assert recorder.bodies("r1")[0] == "r1 4 r1,r2"
+    assert recorder.bodies("r1")[0] == "r1 29 r1,r2"
     assert after.body == b"after 0 after"
 
 

@@ -20,12 +20,14 @@ Kinds (letters as TorchServe's, for familiarity)::
     L     server -> worker LoadRequest: model_name, model_dir, handler, gpu_id,
                            batch_size, limit_max_image_pixels, server_version,
                            sys_path, env, torch_threads (worker.service.LoadSpec)
-    I     server -> worker {"requests": [WireRequest...], "command": "predict"|"describe"}
+    I     server -> worker {"requests": [WireRequest...], "command": "predict"|"describe"|
+                           "steps"|"join"|"leave"|"end"}
                            WireRequest: request_id, headers {str: str},
                            parameters [{name, content_type, body: [off, len]}]
     S     worker -> server an intermediate (streamed) answer to the I in flight:
                            {"status": code, "message": str, "results": [WireResult...]}
                            one WireResult per request the handler streamed to
+    T     worker -> server one step of a "steps" run: as R's reply to I
     R     worker -> server reply to L: {"status": 200, "message": ...}
                            reply to I: {"results": [WireResult...], "metrics": [...],
                            "predict_ms": float}
@@ -67,6 +69,14 @@ One request is in flight per connection at a time: the server sends L or I and
 waits for the matching R or E, reading any number of S frames before it (a
 handler calling TorchServe's `send_intermediate_predict_response`). A closed
 connection (EOF) means the worker died.
+
+A continuous batch is one such request that the worker steps on its own
+(jupyter_serve/worker/steps.py): I "steps" starts it with its first requests; the worker
+answers each step with a T frame and, while any request goes on, runs the next step at
+once without waiting for the server. Meanwhile the server may send I "join" (requests
+that take free places from the next step on) and I "leave" (requests, by id alone, whose
+client left); once a step leaves nothing running and no join is on its way, the server
+sends I "end" and the worker closes the run with an empty R (or E if a step failed).
 """
 
 from __future__ import annotations
@@ -74,7 +84,7 @@ from __future__ import annotations
 import json
 import socket
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -102,6 +112,7 @@ class Kind(str, Enum):
     INFER = "I"
     STREAM = "S"
     RESULT = "R"
+    STEP = "T"
     ERROR = "E"
     FORK = "F"
 
@@ -333,6 +344,17 @@ def decode_infer(frame: Frame) -> tuple[list[InferenceRequest], str]:
         for r in frame.header["requests"]
     ]
     return requests, str(frame.header.get("command", "predict"))
+
+
+STREAM_NEXT = "ts_stream_next"
+
+
+def goes_on(headers: Mapping[str, str]) -> bool:
+    """Whether a continuous batch's step answer (its result headers) leaves its request in
+    the batch: TorchServe keeps a request unless its `ts_stream_next` is absent or
+    exactly "false"."""
+    value = headers.get(STREAM_NEXT)
+    return value is not None and value != "false"
 
 
 @dataclass(frozen=True)

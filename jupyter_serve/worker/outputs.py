@@ -20,11 +20,10 @@ import json
 import sys
 from typing import Any
 
-from jupyter_serve.wire.protocol import InferenceResult
+from jupyter_serve.wire.protocol import STREAM_NEXT, InferenceResult
 from jupyter_serve.worker.context import Context
 from jupyter_serve.worker.numbers_json import numbers_json
 
-STREAM_NEXT = "ts_stream_next"  # "true": more of this answer follows; "false": the last of it
 NOT_A_LIST = "Invalid model predict output"
 WRONG_LENGTH = "number of batch response mismatched"
 UNSUPPORTED = "Unsupported model output data type."

@@ -74,6 +74,7 @@ from jupyter_serve.worker.loader import (
 )
 from jupyter_serve.worker.metrics import MetricsCache
 from jupyter_serve.worker.outputs import build_results
+from jupyter_serve.worker.steps import STEP_CONTROLS, run_steps
 from jupyter_serve.worker.warm import apply_settings, set_torch_threads
 
 PREDICTION_METRIC = "PredictionTime"
@@ -210,13 +211,26 @@ class ModelService:
 
     def infer(self, frame: Frame) -> Frame:
         """Answer an `I` frame with R (per-request results) or E (the batch failed)."""
+        requests, command = self._batch(frame)
+        assert self.model is not None
+        return run_batch(self.model, requests, command, self.send_frame)
+
+    def steps(self, frame: Frame, sock: socket.socket) -> Frame | None:
+        """Run the continuous batch an `I` "steps" frame starts, stepping on its own over
+        `sock` (worker/steps.py) until the server ends it: its closing R (None: the server
+        closed the socket meanwhile)."""
+        requests, _ = self._batch(frame)
+        assert self.model is not None
+        step = partial(run_batch, self.model, command="predict", send_frame=self.send_frame)
+        return run_steps(sock, requests, step)
+
+    def _batch(self, frame: Frame) -> tuple[list[InferenceRequest], str]:
         if frame.kind is not Kind.INFER or self.model is None:
             raise ProtocolError(f"Expected an I frame after a load, got {frame.kind.value}")
         try:
-            requests, command = decode_infer(frame)
+            return decode_infer(frame)
         except (KeyError, TypeError, ValueError) as exc:
             raise ProtocolError(f"Bad inference header: {exc!r}") from exc
-        return run_batch(self.model, requests, command, self.send_frame)
 
 
 def enveloped(name: str, handle: HandleFunction) -> HandleFunction:
@@ -319,5 +333,13 @@ def serve(sock: socket.socket, service: ModelService) -> int:
     if reply.kind is Kind.ERROR:
         return 1
     while (frame := read_frame_sync(sock)) is not None:
-        write_frame_sync(sock, service.infer(frame))
+        command = frame.header.get("command")
+        if command in STEP_CONTROLS:
+            continue  # late for a run that ended (worker/steps.py): nothing to answer
+        if command != "steps":
+            write_frame_sync(sock, service.infer(frame))
+        elif (closing := service.steps(frame, sock)) is not None:
+            write_frame_sync(sock, closing)
+        else:
+            return 0  # the server closed the socket during the run
     return 0

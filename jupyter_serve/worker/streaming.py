@@ -23,9 +23,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from jupyter_serve.wire.protocol import InferenceResult, StreamChunk
+from jupyter_serve.wire.protocol import STREAM_NEXT, InferenceResult, StreamChunk
 from jupyter_serve.worker.context import Context
-from jupyter_serve.worker.outputs import STREAM_NEXT, WRONG_LENGTH, InvalidOutput, result_for
+from jupyter_serve.worker.outputs import WRONG_LENGTH, InvalidOutput, result_for
 
 
 class StreamingUnavailable(RuntimeError):

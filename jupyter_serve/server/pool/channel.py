@@ -4,7 +4,9 @@ A worker answers each `L` or `I` frame with one `R` or `E` frame. While a batch
 runs, a streaming handler makes the worker send any number of `S` frames first
 (jupyter_serve.wire.protocol); `exchange` hands each one, decoded, to its `on_chunk`
 callback as it arrives and returns the final frame. Without a callback, `S`
-frames are read and dropped. A non-streaming answer costs no extra await.
+frames are read and dropped. A non-streaming answer costs no extra await. A continuous
+batch the worker steps on its own (protocol: the "steps" command) is one exchange too:
+each step's `T` frame goes to `on_step`, and `send` writes the run's control frames.
 
 Bodies are not copied on the way (`FrameReader`): a frame is received straight into
 memory it keeps (a shared read buffer for small frames, its own buffer for a large
@@ -28,9 +30,11 @@ from jupyter_serve.server.pool.logs import LOGGER
 from jupyter_serve.wire import protocol
 from jupyter_serve.wire.protocol import Buffer, Frame, Kind, StreamChunk
 
-__all__ = ["Channel", "ChunkCallback", "Disconnected", "FrameReader"]
+__all__ = ["Channel", "ChunkCallback", "Disconnected", "FrameReader", "StepCallback"]
 
 ChunkCallback = Callable[[StreamChunk], None]
+StepCallback = Callable[[Frame], None]
+_ON_THE_WAY = (Kind.STREAM, Kind.STEP)  # frames before an exchange's answer
 
 READ_BUFFER = 65536  # small frames are received into shared buffers of this size
 MIN_READ = 4096  # a read buffer with less room than this is replaced
@@ -190,28 +194,44 @@ class Channel:
         return await self.begin_exchange(parts, on_chunk)
 
     def begin_exchange(
-        self, parts: Sequence[Buffer], on_chunk: ChunkCallback | None = None
+        self,
+        parts: Sequence[Buffer],
+        on_chunk: ChunkCallback | None = None,
+        on_step: StepCallback | None = None,
     ) -> Coroutine[Any, Any, Frame]:
         """Write one frame now, before returning; the coroutine waits while the worker's
-        socket is full, passes S frames on and returns the R or E (`Disconnected` if the
-        socket is closed)."""
+        socket is full, passes S frames to `on_chunk` and T frames (a "steps" run's steps)
+        to `on_step`, and returns the R or E (`Disconnected` if the socket is closed)."""
         if self._transport.is_closing():
-            return self._answer(Disconnected("the socket is closed"), on_chunk)
+            return self._answer(Disconnected("the socket is closed"), on_chunk, on_step)
+        self.send(parts)
+        return self._answer(self._reader.drained, on_chunk, on_step)
+
+    def send(self, parts: Sequence[Buffer]) -> None:
+        """Write one frame, answered by none of its own (a "steps" run's join, leave or end);
+        nothing if the socket is closing (the exchange in flight learns why)."""
+        if self._transport.is_closing():
+            return
         for part in protocol.gathered(parts):
             self._transport.write(part)
-        return self._answer(self._reader.drained, on_chunk)
 
     async def _answer(
-        self, drained: asyncio.Future[None] | Disconnected | None, on_chunk: ChunkCallback | None
+        self,
+        drained: asyncio.Future[None] | Disconnected | None,
+        on_chunk: ChunkCallback | None,
+        on_step: StepCallback | None,
     ) -> Frame:
         if isinstance(drained, Disconnected):
             raise drained
         if drained is not None:
             await drained  # a lost connection shows in `read_frame`, after any answer it sent
         reply = await self.read_frame()
-        while reply.kind is Kind.STREAM:
+        while reply.kind in _ON_THE_WAY:
             try:
-                _pass_chunk(reply, on_chunk)
+                if reply.kind is Kind.STREAM:
+                    _pass_chunk(reply, on_chunk)
+                else:
+                    _pass_step(reply, on_step)
             except protocol.ProtocolError as exc:
                 raise Disconnected(str(exc)) from exc
             reply = await self.read_frame()
@@ -225,6 +245,15 @@ class Channel:
         if self._transport.is_closing():
             return
         self._transport.close()
+
+
+def _pass_step(frame: Frame, on_step: StepCallback | None) -> None:
+    if on_step is None:
+        raise protocol.ProtocolError("A step frame outside a steps run")
+    try:
+        on_step(frame)
+    except Exception:  # a consumer's bug must not leave the run's frames unread
+        LOGGER.exception("Passing on a step failed")
 
 
 def _pass_chunk(frame: Frame, on_chunk: ChunkCallback | None) -> None:

@@ -1,29 +1,30 @@
-"""Continuous batching: one worker's batch as a running set of requests, stepped call by call.
+"""Continuous batching: one worker's batch as a running set of requests that the worker steps.
 
 TorchServe 0.12's `continuousBatching: true` (its frontend's wlm/ContinuousBatching.java):
 a batch is not one handler call. Each step is one call; the handler marks, per request,
 whether its answer goes on (`ts_stream_next: true`, from its `context.stopping_criteria`,
 see worker/outputs.py) or ends (`false` or no header). Requests that go on stay in the
-batch and are sent again at the next step with the same request id and headers but no
-body (the handler keeps their state, e.g. on `context.cache`); requests that ended leave,
-and requests waiting in the queue take the free places at the next step, without waiting
-for the batch to drain (while requests run, only those already queued are taken: a step
-never waits for company).
+batch and are stepped again with the same request id and headers but no body (the handler
+keeps their state, e.g. on `context.cache`); requests that ended leave, and requests
+waiting in the queue take the free places, without waiting for the batch to drain (while
+requests run, only those already queued are taken: a step never waits for company).
 
-Each step's answer for a request that goes on is one chunk of its streamed HTTP answer
-(its first one sends the status and headers); the last one ends it. The next step leaves
-for the worker as soon as a step's answer says who goes on, and that answer is written to
-the clients while the worker computes: the server's work overlaps the worker's, so a
-request queued (or a client that left) while the answers are written counts from the step
-after. A request whose
-client has left (or whose client timeout passed) is dropped before the next step, so the
-handler stops seeing its id and no step runs for nobody. A failed step (the handler
-raised, the worker died) fails every request in the batch with its error; so does a worker
-that dies between steps. When the worker is retired (scale-down, unregister) it takes no
-new request but steps on until the requests it runs are answered, since their state
-lives in that worker's handler.
+The worker steps the batch on its own (jupyter_serve/worker/steps.py: one "steps" run per
+busy spell): a step follows the last at once, with no round trip through the server in
+between. Each step's answer reaches `_stepped` here: an answer that goes on is one chunk of
+its request's streamed HTTP answer (its first one sends the status and headers), the last
+one ends it. Then, before those answers are written (the worker is already on its next
+step), the requests queued meanwhile join the run and the requests whose client left (or
+whose client timeout passed) leave it: the handler stops seeing their ids, so no step
+runs for nobody. Once a step leaves nothing running and no join is on its way, the run
+ends, and the next request starts a new one.
 
-`ContinuousBatch` is the state of one worker's running batch, fed by that worker's queue
+A failed step (the handler raised) fails every request of the run with its error; so does
+a worker that dies. When the worker is retired (scale-down, unregister) it takes no new
+request but steps on until the requests it runs are answered, since their state lives in
+that worker's handler.
+
+`ContinuousBatch` is the state of one worker's run, fed by that worker's queue
 (`Batcher.for_worker`) and settling each step with it; dispatch.py runs it in place of the
 batch-by-batch loop for models with continuous batching.
 """
@@ -33,54 +34,33 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from functools import partial
-from typing import NamedTuple
 
 from jupyter_serve.server.batching import Batcher, Pending, fail
 from jupyter_serve.server.pool.delivery import pass_chunk, stream, with_queue_ms
 from jupyter_serve.server.pool.logs import LOGGER
 from jupyter_serve.server.pool.worker import SubprocessWorker, WorkerReply, WorkerState
 from jupyter_serve.wire.errors import ServeError
-from jupyter_serve.wire.protocol import InferenceRequest, InferenceResult
+from jupyter_serve.wire.protocol import InferenceRequest, InferenceResult, StreamChunk, goes_on
 
-__all__ = ["STREAM_NEXT", "ContinuousBatch", "goes_on"]
+__all__ = ["ContinuousBatch"]
 
-STREAM_NEXT = "ts_stream_next"
-
-_SERVING = (WorkerState.READY, WorkerState.BUSY)
 Record = Callable[[WorkerReply, int, float], None]
-
-
-def goes_on(result: InferenceResult) -> bool:
-    """Whether a step's result leaves its request in the batch: TorchServe keeps a request
-    unless its `ts_stream_next` is absent or exactly "false"."""
-    value = result.headers.get(STREAM_NEXT)
-    return value is not None and value != "false"
 
 
 @dataclass(eq=False)
 class Running:
-    """A request in the batch; `continuing` once a step answered that it goes on."""
+    """A request in the run: when it joined, and `continuing` once a step said it goes on."""
 
     item: Pending
+    joined: float
     continuing: bool = False
 
     def step_request(self) -> InferenceRequest:
-        """What the next step sends: the request, or, continuing, its id and headers alone."""
+        """What the run gets: the request, or, continuing, its id and headers alone."""
         request = self.item.request
         if not self.continuing:
             return request
         return InferenceRequest(request.request_id, request.headers)
-
-
-class Step(NamedTuple):
-    """A step sent to the worker: its answer to come, its requests, when it left, and the
-    mean queue time of the requests that joined with it."""
-
-    reply: asyncio.Future[WorkerReply]
-    items: list[Pending]
-    dispatched: float
-    queue_ms: float
 
 
 @dataclass(eq=False)
@@ -92,122 +72,120 @@ class ContinuousBatch:
     capacity: int
     record: Record | None = None
     running: dict[str, Running] = field(default_factory=dict)
+    taking: Callable[[], bool] = field(default=lambda: True)
+    queue_ms: float = 0.0  # the mean queue time of the last requests that joined
+    ending: bool = False  # the run's "end" was sent: steps still on their way only answer
 
     async def serve(
         self,
         next_batch: Callable[[], Awaitable[list[Pending] | None]],
         taking: Callable[[], bool],
     ) -> None:
-        """Step until the worker dies, or until `taking()` is false and the batch is empty.
-
-        `next_batch` waits for the first requests when the batch is empty (None: it was
-        interrupted); `taking` says whether new requests may join. As soon as a step's
-        answer tells who goes on, the next step leaves for the worker; the answer is
-        written to the clients while the worker computes it.
-        """
-        step: Step | None = None
+        """Run after run until the worker dies, or until `taking()` is false and the run
+        ended. `next_batch` waits for the first requests of a run (None: it was
+        interrupted); `taking` says whether new requests may join."""
+        self.taking = taking
         try:
-            while self.worker.state in _SERVING:  # BUSY: the step sent last runs
-                if step is None:
-                    joining = await self._joining(next_batch, taking())
-                    if joining is None and not self.running:
-                        return
-                    step = self._launch(joining or [])
-                answered = await self._answer(step)
-                step = None
-                if self.worker.state is WorkerState.READY:
-                    step = self._next_step(taking())
-                answered()
+            while self.worker.state is WorkerState.READY and taking():
+                joining = self.batcher.take_ready() or await next_batch()
+                if joining is None:
+                    return
+                await self._run(self._join(joining))
         finally:
-            if step is not None:
-                step.reply.cancel()
             self.fail_all(ServeError("Worker died.", status_code=500))
 
-    async def _joining(
-        self, next_batch: Callable[[], Awaitable[list[Pending] | None]], taking: bool
-    ) -> list[Pending] | None:
-        if not taking:
-            return None
-        return self.batcher.take_ready() or await next_batch()
-
-    def _next_step(self, taking: bool) -> Step | None:
-        """The next step at once, with the requests queued now, if any request runs."""
-        self._drop_departed()
-        if not self.running:
-            return None
-        free = self.capacity - len(self.running)
-        return self._launch(self.batcher.take_now(free) if taking else [])
-
-    def _launch(self, joining: list[Pending]) -> Step:
-        """Send one step: the running requests (continuing ones without their bodies), then
-        `joining`."""
+    def _join(self, joining: list[Pending]) -> list[InferenceRequest]:
+        """Add `joining` to the run; what the worker gets of them."""
+        now = asyncio.get_running_loop().time()
         for item in joining:
-            self.running[item.request.request_id] = Running(item)
-        entries = list(self.running.values())
-        items = [entry.item for entry in entries]
-        dispatched = asyncio.get_running_loop().time()
-        queue_ms = sum(dispatched - item.arrival for item in joining) * 1000 \
-            / max(len(joining), 1)  # fmt: skip
-        requests = [entry.step_request() for entry in entries]
-        reply = self.worker.dispatch(requests, "predict", partial(stream, items))
-        return Step(reply, items, dispatched, queue_ms)
+            self.running[item.request.request_id] = Running(item, now)
+        self.queue_ms = sum(now - item.arrival for item in joining) * 1000 / max(len(joining), 1)
+        return [item.request for item in joining]
 
-    async def _answer(self, step: Step) -> Callable[[], None]:
-        """Wait for a step; update who runs; return what writes its answers."""
-        items, dispatched, queue_ms = step.items, step.dispatched, step.queue_ms
+    async def _run(self, first: list[InferenceRequest]) -> None:
+        """One run of the worker's, to its end (every step answered through `_stepped`)."""
+        self.ending = False
         try:
-            reply = await step.reply
+            await self.worker.start_run(first, self._stepped, self._chunk)
         except ServeError as error:
             self.fail_all(error)
-            return lambda: None
         except asyncio.CancelledError:
             self.fail_all(ServeError("Worker died.", status_code=500))
             raise
         except Exception as exc:  # a bug here must not leave clients waiting forever
-            LOGGER.exception("Step on worker %s failed", self.worker.id)
+            LOGGER.exception("Run on worker %s failed", self.worker.id)
             self.fail_all(ServeError(f"Internal error while running the batch: {exc!r}"))
-            return lambda: None
-        results = self.batcher.settle(items, reply.results)
-        deliveries = self._advance(results)
 
-        def write() -> None:
-            for item, result, last in deliveries:
-                if last:
-                    if item.alive:
-                        queued = (dispatched - item.arrival) * 1000
-                        item.future.set_result(with_queue_ms(result, queued))
-                else:
-                    pass_chunk(item, result)
-            if self.record is not None:
-                self.record(reply, len(items), queue_ms)
+    def _stepped(self, reply: WorkerReply | ServeError) -> None:
+        """A step's answer: who goes on and who is done; joins and leaves for the steps to
+        come; then the answers are written."""
+        if isinstance(reply, ServeError):
+            self.fail_all(reply)
+            self._end()
+            return
+        items = [self.running[r.request_id].item for r in reply.results
+                 if r.request_id in self.running]  # fmt: skip
+        deliveries = self._advance(self.batcher.settle(items, reply.results))
+        if not self.ending:
+            self._steer()
+        for item, result, joined, last in deliveries:
+            if not last:
+                pass_chunk(item, result)
+            elif item.alive:
+                item.future.set_result(with_queue_ms(result, (joined - item.arrival) * 1000))
+        if self.record is not None:
+            self.record(reply, len(items), self.queue_ms)
 
-        return write
+    def _steer(self) -> None:
+        """Between steps: departed requests leave, queued ones join, or the run ends."""
+        self._leave_departed()
+        free = self.capacity - len(self.running)
+        joining = self.batcher.take_now(free) if self.taking() else []
+        if joining:
+            self.worker.control("join", self._join(joining))
+        elif not self.running:
+            self._end()
+
+    def _end(self) -> None:
+        """Send the run's one "end" (steps on their way, e.g. of requests that left, may
+        still come; they join nothing)."""
+        if not self.ending:
+            self.ending = True
+            self.worker.control("end")
+
+    def _chunk(self, chunk: StreamChunk) -> None:
+        """Intermediate results a handler streams within a step."""
+        stream([entry.item for entry in self.running.values()], chunk)
 
     def _advance(
         self, results: list[InferenceResult]
-    ) -> list[tuple[Pending, InferenceResult, bool]]:
-        """Who goes on and who is done after a step: (request, its result, whether it is
-        its last), the running set updated."""
+    ) -> list[tuple[Pending, InferenceResult, float, bool]]:
+        """Who goes on and who is done after a step: (request, its result, when it joined,
+        whether it is its last), the running set updated."""
         deliveries = []
         for result in results:
             entry = self.running.get(result.request_id)
             if entry is None:
-                continue  # not a request of this batch: nothing waits for it
-            last = not goes_on(result)
+                continue  # left the run already: nothing waits for it
+            last = not goes_on(result.headers)
             if last:
                 del self.running[result.request_id]
             else:
                 entry.continuing = True
-            deliveries.append((entry.item, result, last))
+            deliveries.append((entry.item, result, entry.joined, last))
         return deliveries
 
-    def _drop_departed(self) -> None:
-        """Forget requests whose client left or timed out: the next step leaves them out."""
-        for request_id in [rid for rid, entry in self.running.items() if not entry.item.alive]:
-            del self.running[request_id]
+    def _leave_departed(self) -> None:
+        """Requests whose client left or timed out leave the run before its next step."""
+        gone = [entry for entry in self.running.values() if not entry.item.alive]
+        for entry in gone:
+            del self.running[entry.item.request.request_id]
+        if gone:
+            self.worker.control("leave", [InferenceRequest(e.item.request.request_id, {})
+                                          for e in gone])  # fmt: skip
 
     def fail_all(self, error: ServeError) -> None:
-        """Every running request gets `error` (a copy each); the batch is empty after."""
+        """Every running request gets `error` (a copy each); the run is empty after."""
         items = [entry.item for entry in self.running.values()]
         self.running.clear()
         self.batcher.settle(items, [])

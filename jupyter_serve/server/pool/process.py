@@ -28,7 +28,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
-from jupyter_serve.server.pool.channel import Channel, ChunkCallback
+from jupyter_serve.server.pool.channel import Channel, ChunkCallback, StepCallback
 from jupyter_serve.server.pool.environment import (
     env_changes,
     start_dir,
@@ -214,10 +214,17 @@ class WorkerProcess:
         return await self._channel.exchange(parts, on_chunk)
 
     def begin_exchange(
-        self, parts: Sequence[Buffer], on_chunk: ChunkCallback | None = None
+        self,
+        parts: Sequence[Buffer],
+        on_chunk: ChunkCallback | None = None,
+        on_step: StepCallback | None = None,
     ) -> Coroutine[Any, Any, Frame]:
         """`exchange` with its frame written before returning (channel.Channel.begin_exchange)."""
-        return self._channel.begin_exchange(parts, on_chunk)
+        return self._channel.begin_exchange(parts, on_chunk, on_step)
+
+    def send(self, parts: Sequence[Buffer]) -> None:
+        """Write a frame no answer follows (channel.Channel.send)."""
+        self._channel.send(parts)
 
     async def exit_code(self) -> int | None:
         """The exit code once the process ended; kill it if it lingers without its socket."""

@@ -34,7 +34,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from jupyter_serve._version import __version__
-from jupyter_serve.server.pool.channel import ChunkCallback, Disconnected
+from jupyter_serve.server.pool.channel import ChunkCallback, Disconnected, StepCallback
 from jupyter_serve.server.pool.environment import env_changes, worker_environment
 from jupyter_serve.server.pool.errors import BatchFailed, WorkerDied, WorkerLoadError
 from jupyter_serve.server.pool.logs import WorkerLog
@@ -121,6 +121,7 @@ class SubprocessWorker:
         self._factory = factory
         self._process: WorkerProcess | None = None
         self._killed = False
+        self._timer: asyncio.TimerHandle | None = None  # the response timeout in flight
 
     def __repr__(self) -> str:
         return (
@@ -264,6 +265,7 @@ class SubprocessWorker:
         batch: Sequence[InferenceRequest],
         command: str = "predict",
         on_chunk: ChunkCallback | None = None,
+        on_step: StepCallback | None = None,
     ) -> asyncio.Future[WorkerReply]:
         """Send one batch to the worker before returning; its answer to come.
 
@@ -287,10 +289,43 @@ class SubprocessWorker:
             return failed
         assert self._process is not None
         self.state = WorkerState.BUSY
-        answer = self._process.begin_exchange(parts, on_chunk)
+        answer = self._process.begin_exchange(parts, on_chunk, on_step)
         reply = asyncio.ensure_future(self._answer(answer))
         reply.add_done_callback(partial(self._settled, answer))  # before any awaiter's
         return reply
+
+    def start_run(
+        self,
+        batch: Sequence[InferenceRequest],
+        on_step: Callable[[WorkerReply | ServeError], None],
+        on_chunk: ChunkCallback | None = None,
+    ) -> asyncio.Future[WorkerReply]:
+        """Start a continuous batch the worker steps on its own (the protocol's "steps"
+        command) with `batch`; each step's answer goes to `on_step`: a `WorkerReply`, or
+        the `ServeError` of a step that failed (the run then waits for "end"). `control`
+        sends joins, leaves and the end; the future is the run's end, raising as
+        `dispatch`'s. The response timeout applies to each step: each answer restarts it.
+        """
+        return self.dispatch(batch, "steps", on_chunk, partial(self._stepped, on_step))
+
+    def control(self, command: str, batch: Sequence[InferenceRequest] = ()) -> None:
+        """Send a running "steps" run a "join" (new requests), "leave" (requests by id whose
+        client left) or "end" (nothing runs any more)."""
+        if self._process is not None and self.state is WorkerState.BUSY:
+            self._process.send(protocol.encode_infer_parts(list(batch), command))
+
+    def _stepped(self, on_step: Callable[[WorkerReply | ServeError], None], frame: Frame) -> None:
+        self._arm_timeout()
+        error = frame.header.get("error")
+        if isinstance(error, dict):
+            on_step(BatchFailed.from_header(error))
+            return
+        try:
+            reply = self._reply(frame)
+        except WorkerDied as died:
+            on_step(died)
+            return
+        on_step(reply)
 
     def _batch_parts(self, batch: Sequence[InferenceRequest], command: str) -> list[Buffer]:
         if self.state is not WorkerState.READY:
@@ -301,15 +336,15 @@ class SubprocessWorker:
             raise ServeError(f"Batch too large to send: {exc}", status_code=413) from exc
 
     async def _answer(self, answer: Coroutine[Any, Any, Frame]) -> WorkerReply:
-        timeout = self.spec.response_timeout
-        timer = asyncio.get_running_loop().call_later(timeout, self._hung, timeout)
+        self._arm_timeout()
         try:
             frame = await answer
         except Disconnected:
             code = await self._exit_code()
             raise WorkerDied(status_code=self._death_status(code)) from None
         finally:
-            timer.cancel()
+            if self._timer is not None:
+                self._timer.cancel()
         if frame.kind is Kind.ERROR:
             raise BatchFailed.from_header(frame.header)
         return self._reply(frame)
@@ -318,6 +353,13 @@ class SubprocessWorker:
         answer.close()  # unstarted if the reply was cancelled before it ran
         if self.state is WorkerState.BUSY:
             self.state = WorkerState.READY
+
+    def _arm_timeout(self) -> None:
+        """(Re)start the response timeout of the batch (or step) in flight."""
+        if self._timer is not None:
+            self._timer.cancel()
+        timeout = self.spec.response_timeout
+        self._timer = asyncio.get_running_loop().call_later(timeout, self._hung, timeout)
 
     def _hung(self, timeout: float) -> None:
         self._note(f"No answer within response_timeout ({timeout:g} s): killing the worker")
