@@ -61,7 +61,7 @@ def stopping(cache, request_id):
 """
 
 
-def continuous_spec(folder: Path, batch_size: int = 4) -> ModelSpec:
+def continuous_spec(folder: Path, batch_size: int = 4, response_timeout: float = 30.0) -> ModelSpec:
     folder.mkdir()
     (folder / "handler.py").write_text(STEPS)
     manifest = {"runtime": "python", "model": {"modelName": "steps", "handler": "handler.py"}}
@@ -69,7 +69,8 @@ def continuous_spec(folder: Path, batch_size: int = 4) -> ModelSpec:
     (folder / "MAR-INF" / "MANIFEST.json").write_text(json.dumps(manifest))
     return ModelSpec(
         model_name="steps", version="1.0", model_dir=str(folder), handler="handler:handle",
-        manifest=manifest, batch_size=batch_size, max_batch_delay=0.0, response_timeout=30.0,
+        manifest=manifest, batch_size=batch_size, max_batch_delay=0.0,
+        response_timeout=response_timeout,
         continuous_batching=True,
     )  # fmt: skip
 
@@ -252,3 +253,23 @@ def test_a_retired_worker_steps_on_until_its_running_requests_are_answered(
     recorder, workers = run(scenario())
     assert recorder.bodies("long") == [f"long {left} long" for left in range(4, -1, -1)]
     assert workers == 0
+
+
+def test_the_response_timeout_bounds_each_step_not_the_whole_run(tmp_path: Path) -> None:
+    """A request of 300 steps runs three times as long as the response timeout, each step
+    far within it: it is answered whole by the same worker."""
+
+    async def scenario() -> tuple[Recorder, list[int | None]]:
+        pool = await serving(continuous_spec(tmp_path / "steps", response_timeout=1.0))
+        try:
+            before = [worker.pid for worker in pool.processes]
+            recorder = Recorder(pool)
+            await recorder.submit("long", "300")
+            return recorder, before + [worker.pid for worker in pool.processes]
+        finally:
+            await pool.stop()
+
+    recorder, pids = run(scenario())
+    assert len(recorder.bodies("long")) == 300
+    assert recorder.bodies("long")[-1] == "long 0 long"
+    assert pids[0] == pids[1]  # never killed and replaced
