@@ -28,27 +28,31 @@ from jupyter_serve.wire.protocol import InferenceRequest, InferenceResult, Param
 HANG_GUARD = 60.0
 
 STEP_S = 0.01
-STEPS = f"""
+STEPS = """
 import time
 
 def handle(data, context):
     if data is None:
-        context.cache = {{}}
+        context.cache = {}
         return None
-    time.sleep({STEP_S})
+    time.sleep(STEP_S)
     ids = ",".join(sorted(context.request_ids.values()))
     outputs, criteria = [], []
     for idx, row in enumerate(data):
         request_id = context.get_request_id(idx)
+        if context.get_request_header(idx, "describe"):
+            outputs.append("described")
+            criteria.append(lambda item: None)
+            continue
         if row:
             text = bytes(row["body"]).decode()
             if text == "boom":
                 raise RuntimeError("boom")
             context.cache[request_id] = int(text)
         elif request_id not in context.cache:
-            raise RuntimeError(f"continuing {{request_id}} was never started")
+            raise RuntimeError(f"continuing {request_id} was never started")
         context.cache[request_id] -= 1
-        outputs.append(f"{{request_id}} {{context.cache[request_id]}} {{ids}}")
+        outputs.append(f"{request_id} {context.cache[request_id]} {ids}")
         criteria.append(stopping(context.cache, request_id))
     context.stopping_criteria = criteria
     return outputs
@@ -61,9 +65,11 @@ def stopping(cache, request_id):
 """
 
 
-def continuous_spec(folder: Path, batch_size: int = 4, response_timeout: float = 30.0) -> ModelSpec:
+def continuous_spec(
+    folder: Path, batch_size: int = 4, response_timeout: float = 30.0, step_s: float = STEP_S
+) -> ModelSpec:
     folder.mkdir()
-    (folder / "handler.py").write_text(STEPS)
+    (folder / "handler.py").write_text(f"STEP_S = {step_s}\n{STEPS}")
     manifest = {"runtime": "python", "model": {"modelName": "steps", "handler": "handler.py"}}
     (folder / "MAR-INF").mkdir()
     (folder / "MAR-INF" / "MANIFEST.json").write_text(json.dumps(manifest))
@@ -151,7 +157,8 @@ def test_a_waiting_request_joins_the_running_batch_when_a_place_frees(tmp_path: 
     ids = [step_ids for _, _, step_ids in r2]
     assert ids[0] == "r1,r2,r3,r4"
     joined = ids.index("r2,r3,r4,r5")  # r5 ran two steps in r1's place, then left
-    assert 1 <= joined and ids[joined : joined + 2] == ["r2,r3,r4,r5"] * 2
+    assert joined >= 1
+    assert ids[joined : joined + 2] == ["r2,r3,r4,r5"] * 2
     assert set(ids[1:joined] + ids[joined + 2 :]) == {"r2,r3,r4"}
     assert [kind for kind, rid, _ in recorder.events if rid == "r2"] == ["chunk"] * 29 + ["done"]
 
@@ -177,7 +184,9 @@ def test_a_departed_client_leaves_the_batch_at_a_next_step(tmp_path: Path) -> No
     assert [int(left) for _, left, _ in r3] == list(range(29, -1, -1))
     ids = [step_ids for _, _, step_ids in r3]
     alone = ids.index("r3")
-    assert 1 <= alone and set(ids[:alone]) == {"r2,r3"} and set(ids[alone:]) == {"r3"}
+    assert alone >= 1
+    assert set(ids[:alone]) == {"r2,r3"}
+    assert set(ids[alone:]) == {"r3"}
     assert recorder.bodies("r2") == ["r2 29 r2,r3", ""]  # its chunk, then it left
 
 
@@ -273,3 +282,44 @@ def test_the_response_timeout_bounds_each_step_not_the_whole_run(tmp_path: Path)
     assert len(recorder.bodies("long")) == 300
     assert recorder.bodies("long")[-1] == "long 0 long"
     assert pids[0] == pids[1]  # never killed and replaced
+
+
+def test_a_describe_job_reaches_the_handler_as_one_between_runs(tmp_path: Path) -> None:
+    """A describe job (TorchServe's customized metadata) travels alone, as a describe call
+    (the handler sees its header), even with continuous batching; predictions go on."""
+
+    async def scenario() -> tuple[InferenceResult, Recorder]:
+        pool = await serving(continuous_spec(tmp_path / "steps"))
+        try:
+            deadline = asyncio.get_running_loop().time() + HANG_GUARD
+            described = pool.batcher.submit(InferenceRequest("d", {}), deadline, command="describe")
+            recorder = Recorder(pool)
+            await recorder.submit("after", "2")
+            return await described, recorder
+        finally:
+            await pool.stop()
+
+    described, recorder = run(scenario())
+    assert described.body == b"described"
+    assert "ts_stream_next" not in described.headers
+    assert recorder.bodies("after") == ["after 1 after", "after 0 after"]
+
+
+def test_a_request_queued_while_a_place_is_free_joins_the_next_step(tmp_path: Path) -> None:
+    """r2 arrives while r1's second step runs, with places free: it reaches the worker
+    before the third step and runs in it (not a step later, once the second's answer came)."""
+
+    async def scenario() -> Recorder:
+        pool = await serving(continuous_spec(tmp_path / "steps", step_s=0.1))
+        try:
+            recorder = Recorder(pool)
+            recorder.on_first_chunk["r1"] = lambda: recorder.submit("r2", "2")
+            await recorder.submit("r1", "6")
+            await recorder.futures["r2"]
+        finally:
+            await pool.stop()
+        return recorder
+
+    recorder = run(scenario())
+    assert recorder.bodies("r1")[:4] == ["r1 5 r1", "r1 4 r1", "r1 3 r1,r2", "r1 2 r1,r2"]
+    assert recorder.bodies("r2") == ["r2 1 r1,r2", "r2 0 r1,r2"]

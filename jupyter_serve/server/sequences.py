@@ -258,11 +258,24 @@ class WorkerQueue(Batcher):
     def take_ready(self) -> list[Pending] | None:
         return self.take_now(self.batch_size) or self.owner.take_ready()
 
+    async def wait_first(self) -> None:
+        """Return once a sequence pinned here has a request `take_now` would take (what
+        joins a running continuous batch as it arrives)."""
+        while not self._ready():
+            if self.owner.closed:
+                raise BatcherClosed(self.model_name)
+            self.arrived.clear()
+            await self.arrived.wait()
+
+    def _ready(self) -> list[OpenSequence]:
+        """The sequences pinned here with a request waiting and none in the worker's hands."""
+        return [s for s in self.owner.sequences.values()
+                if s.home is self and not s.busy and s.prune()]  # fmt: skip
+
     def take_now(self, limit: int) -> list[Pending]:
         """Up to `limit` requests, the next one of each free sequence pinned here, oldest
         first (the describe jobs of the shared queue wait for `next_batch`)."""
-        ready = [s for s in self.owner.sequences.values()
-                 if s.home is self and not s.busy and s.prune()]  # fmt: skip
+        ready = self._ready()
         ready.sort(key=lambda s: s.queue[0].arrival)
         batch: list[Pending] = []
         now = asyncio.get_running_loop().time()

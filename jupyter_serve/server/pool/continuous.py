@@ -14,10 +14,11 @@ busy spell): a step follows the last at once, with no round trip through the ser
 between. Each step's answer reaches `_stepped` here: an answer that goes on is one chunk of
 its request's streamed HTTP answer (its first one sends the status and headers), the last
 one ends it. Then, before those answers are written (the worker is already on its next
-step), the requests queued meanwhile join the run and the requests whose client left (or
-whose client timeout passed) leave it: the handler stops seeing their ids, so no step
-runs for nobody. Once a step leaves nothing running and no join is on its way, the run
-ends, and the next request starts a new one.
+step), the requests queued meanwhile join the run (a request queued while the run has a
+free place joins as it arrives, in time for the worker's next step) and the requests
+whose client left (or whose client timeout passed) leave it: the handler stops seeing
+their ids, so no step runs for nobody. Once a step leaves nothing running and no join is
+on its way, the run ends, and the next request starts a new one.
 
 A failed step (the handler raised) fails every request of the run with its error; so does
 a worker that dies. When the worker is retired (scale-down, unregister) it takes no new
@@ -35,7 +36,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from jupyter_serve.server.batching import Batcher, Pending, fail
+from jupyter_serve.server.batching import Batcher, BatcherClosed, Pending, fail
 from jupyter_serve.server.pool.delivery import pass_chunk, stream, with_queue_ms
 from jupyter_serve.server.pool.logs import LOGGER
 from jupyter_serve.server.pool.worker import SubprocessWorker, WorkerReply, WorkerState
@@ -75,6 +76,7 @@ class ContinuousBatch:
     taking: Callable[[], bool] = field(default=lambda: True)
     queue_ms: float = 0.0  # the mean queue time of the last requests that joined
     ending: bool = False  # the run's "end" was sent: steps still on their way only answer
+    stepped: asyncio.Event = field(default_factory=asyncio.Event)  # a step's answer came
 
     async def serve(
         self,
@@ -87,7 +89,7 @@ class ContinuousBatch:
         self.taking = taking
         try:
             while self.worker.state is WorkerState.READY and taking():
-                joining = self.batcher.take_ready() or await next_batch()
+                joining = await next_batch()
                 if joining is None:
                     return
                 await self._run(self._join(joining))
@@ -105,6 +107,7 @@ class ContinuousBatch:
     async def _run(self, first: list[InferenceRequest]) -> None:
         """One run of the worker's, to its end (every step answered through `_stepped`)."""
         self.ending = False
+        arrivals = asyncio.ensure_future(self._join_arrivals())
         try:
             await self.worker.start_run(first, self._stepped, self._chunk)
         except ServeError as error:
@@ -115,10 +118,30 @@ class ContinuousBatch:
         except Exception as exc:  # a bug here must not leave clients waiting forever
             LOGGER.exception("Run on worker %s failed", self.worker.id)
             self.fail_all(ServeError(f"Internal error while running the batch: {exc!r}"))
+        finally:
+            arrivals.cancel()
+
+    async def _join_arrivals(self) -> None:
+        """While the run has free places, a request queued joins at once (it reaches the
+        worker before its next step); with none free (or none takeable), the next step's
+        answer decides (`_steer`)."""
+        try:
+            while not self.ending:
+                await self.batcher.wait_first()
+                free = self.capacity - len(self.running)
+                joining = self.batcher.take_now(free) if self.taking() and not self.ending else []
+                if joining:
+                    self.worker.control("join", self._join(joining))
+                else:
+                    self.stepped.clear()
+                    await self.stepped.wait()
+        except BatcherClosed:
+            return
 
     def _stepped(self, reply: WorkerReply | ServeError) -> None:
         """A step's answer: who goes on and who is done; joins and leaves for the steps to
         come; then the answers are written."""
+        self.stepped.set()
         if isinstance(reply, ServeError):
             self.fail_all(reply)
             self._end()

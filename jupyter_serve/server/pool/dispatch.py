@@ -63,10 +63,21 @@ class Dispatch:
         running = ContinuousBatch(self.worker, self.queue, capacity, self.record)
         self.slot.batch = running  # the pool counts its requests (WorkerPool.running_count)
         try:
-            await running.serve(self.next_batch, lambda: not self.slot.retiring)
+            await running.serve(self._next_run, lambda: not self.slot.retiring)
         finally:
             if self.slot.batch is running:
                 self.slot.batch = None
+
+    async def _next_run(self) -> list[Pending] | None:
+        """The first requests of a continuous batch's next run (None: interrupted); a
+        describe job on the way, which travels alone, is answered as a plain batch."""
+        while True:
+            batch = self.queue.take_ready() or await self.next_batch()
+            if batch is None or batch[0].command == "predict":
+                return batch
+            await self.run_batch(batch)
+            if self.worker.state is not WorkerState.READY:
+                return None
 
     async def next_batch(self) -> list[Pending] | None:
         """The next batch, or None when interrupted (the worker died, the slot retired)."""
