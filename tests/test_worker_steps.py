@@ -25,11 +25,15 @@ from jupyter_serve.wire.protocol import (
 # Each call: one step of every request, answered "{id} {steps left} {ids in this call}";
 # a request goes on while it has steps left (ts_stream_next from stopping_criteria).
 STEPS = """
+import time
+
 def handle(data, context):
     if data is None:
         context.cache = {}
         return None
     ids = ",".join(sorted(context.request_ids.values()))
+    if context.cache.get("slow") in context.request_ids.values():
+        time.sleep(0.05)  # a slow request's steps: what the server sends lands meanwhile
     outputs, criteria = [], []
     for idx, row in enumerate(data):
         request_id = context.get_request_id(idx)
@@ -37,7 +41,9 @@ def handle(data, context):
             text = bytes(row["body"]).decode()
             if text == "boom":
                 raise RuntimeError("boom")
-            context.cache[request_id] = int(text)
+            context.cache[request_id] = int(text.split()[-1])
+            if text.startswith("slow"):
+                context.cache["slow"] = request_id
         context.cache[request_id] -= 1
         outputs.append(f"{request_id} {context.cache[request_id]} {ids}")
         criteria.append(lambda _item, rid=request_id: context.cache[rid] <= 0)
@@ -55,8 +61,12 @@ def worker(tmp_path: Path) -> Iterator[WorkerProcess]:
         yield process
 
 
-def send(worker: WorkerProcess, command: str, *requests: InferenceRequest) -> None:
-    write_frame_sync(worker.sock, encode_infer(list(requests), command))
+def send(
+    worker: WorkerProcess, command: str, *requests: InferenceRequest, capacity: int = 8
+) -> None:
+    frame = encode_infer(list(requests), command)
+    header = {**frame.header, "capacity": capacity} if command == "steps" else frame.header
+    write_frame_sync(worker.sock, Frame(frame.kind, header, frame.payload))
 
 
 def receive(worker: WorkerProcess) -> Frame:
@@ -149,3 +159,20 @@ def test_the_worker_exits_cleanly_when_the_server_closes_during_a_run(
     send(worker, "steps", request("a", "1"))
     assert bodies(step(worker)) == ["a 0 a"]
     assert worker.close() == 0
+
+
+def test_joins_past_the_capacity_wait_in_the_worker_for_the_next_free_place(
+    worker: WorkerProcess,
+) -> None:
+    """c and d join a full run of two (capacity 2): they wait in the worker, and each takes
+    a place at the very step after one frees (each step is slow enough for the joins to
+    land long before b ends)."""
+    send(worker, "steps", request("a", "40"), request("b", "slow 12"), capacity=2)
+    assert bodies(step(worker)) == ["a 39 a,b", "b 11 a,b"]
+    send(worker, "join", request("c", "2"), request("d", "40"))  # no place: both wait
+    steps = [bodies(step(worker)) for _ in range(14)]
+    assert all(len(answers) == 2 for answers in steps)  # never more than the capacity
+    assert steps[10] == ["a 28 a,b", "b 0 a,b"]  # b's place frees...
+    assert steps[11] == ["a 27 a,c", "c 1 a,c"]  # ...c takes it at once
+    assert steps[12] == ["a 26 a,c", "c 0 a,c"]
+    assert steps[13] == ["a 25 a,d", "d 39 a,d"]  # and d c's

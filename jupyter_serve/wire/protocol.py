@@ -71,7 +71,8 @@ handler calling TorchServe's `send_intermediate_predict_response`). A closed
 connection (EOF) means the worker died.
 
 A continuous batch is one such request that the worker steps on its own
-(jupyter_serve/worker/steps.py): I "steps" starts it with its first requests; the worker
+(jupyter_serve/worker/steps.py): I "steps" starts it with its first requests and its
+`capacity` (the most requests a step holds; the rest wait in the worker); the worker
 answers each step with a T frame and, while any request goes on, runs the next step at
 once without waiting for the server. Meanwhile the server may send I "join" (requests
 that take free places from the next step on) and I "leave" (requests, by id alone, whose
@@ -306,10 +307,13 @@ def encode_infer(requests: list[InferenceRequest], command: str = "predict") -> 
     return Frame(Kind.INFER, header, payload.build())
 
 
-def encode_infer_parts(requests: list[InferenceRequest], command: str = "predict") -> list[Buffer]:
-    """`encode_infer`'s frame as `frame_parts`: the bodies themselves, not copies."""
+def encode_infer_parts(
+    requests: list[InferenceRequest], command: str = "predict", **extra: Any
+) -> list[Buffer]:
+    """`encode_infer`'s frame as `frame_parts`: the bodies themselves, not copies; `extra`
+    goes in the header (a "steps" run's `capacity`)."""
     header, payload = _infer_wire(requests, command)
-    return frame_parts(Kind.INFER, header, payload.parts)
+    return frame_parts(Kind.INFER, {**header, **extra}, payload.parts)
 
 
 def _infer_wire(

@@ -222,7 +222,10 @@ class ModelService:
         requests, _ = self._batch(frame)
         assert self.model is not None
         step = partial(run_batch, self.model, command="predict", send_frame=self.send_frame)
-        return run_steps(sock, requests, step)
+        capacity = frame.header.get("capacity")
+        if not isinstance(capacity, int) or capacity < 1:
+            capacity = max(len(requests), self.model.spec.batch_size, 1)
+        return run_steps(sock, requests, step, capacity)
 
     def _batch(self, frame: Frame) -> tuple[list[InferenceRequest], str]:
         if frame.kind is not Kind.INFER or self.model is None:

@@ -6,9 +6,12 @@ answer goes back as a `T` frame, and the requests it marks as going on (TorchSer
 `ts_stream_next`, jupyter_serve/wire/protocol.py `goes_on`) run again at once, by id and
 headers alone, as TorchServe's frontend re-sends them: the worker never waits for the
 server between two steps. Between steps it reads what the server sent meanwhile, without
-blocking: "join" adds requests to the next step, "leave" drops requests whose client left
-(the handler no longer sees their ids, as TorchServe's cancel path shows it). With nothing
-left to run it waits for the server's next frame; "end" closes the run with an empty `R`.
+blocking: "join" adds requests, which wait in the worker (`Room`) until a step has a
+place for them (at most `capacity` requests a step; the server sends joins ahead, so a
+place a step frees is taken at the very next one), and "leave" drops requests whose
+client left (the handler no longer sees their ids, as TorchServe's cancel path shows
+it). With nothing left to run it waits for the server's next frame; "end" closes the run
+with an empty `R`.
 
 A step that fails (the handler raised) is a `T` frame with the `E` header as its "error":
 the server fails the run's requests, and the worker drops them all and ignores what
@@ -19,7 +22,9 @@ from __future__ import annotations
 
 import select
 import socket
+from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from jupyter_serve.wire.protocol import (
     Frame,
@@ -40,10 +45,13 @@ STEP_CONTROLS = frozenset({"join", "leave", "end"})  # what the server sends dur
 Step = Callable[[list[InferenceRequest]], Frame]
 
 
-def run_steps(sock: socket.socket, first: list[InferenceRequest], step: Step) -> Frame | None:
-    """Step `first` and whatever joins until the server's "end": the run's closing `R`
-    (to send); None if the server closed the socket."""
-    batch: list[InferenceRequest] | None = list(first)
+def run_steps(
+    sock: socket.socket, first: list[InferenceRequest], step: Step, capacity: int
+) -> Frame | None:
+    """Step `first` and whatever joins, at most `capacity` requests a step, until the
+    server's "end": the run's closing `R` (to send); None if the server closed the socket."""
+    room = Room(capacity, deque(first))
+    batch: list[InferenceRequest] | None = room.admit([])
     while batch:
         reply = step(batch)
         if reply.kind is Kind.ERROR:
@@ -52,8 +60,26 @@ def run_steps(sock: socket.socket, first: list[InferenceRequest], step: Step) ->
         write_frame_sync(sock, Frame(Kind.STEP, reply.header, reply.payload))
         headers = {request.request_id: request.headers for request in batch}
         going = [InferenceRequest(rid, headers[rid]) for rid in _going_on(reply)]
-        batch = _next_batch(sock, going)
+        batch = _next_batch(sock, going, room)
     return None if batch is None else encode_results([])
+
+
+@dataclass
+class Room:
+    """Requests that joined and wait for a place (the server sends joins ahead, so that a
+    place a step frees is taken at the very next step)."""
+
+    capacity: int
+    waiting: deque[InferenceRequest] = field(default_factory=deque)
+
+    def admit(self, going: list[InferenceRequest]) -> list[InferenceRequest]:
+        """`going` and as many waiting requests as there are free places."""
+        free = max(self.capacity - len(going), 0)
+        admitted = [self.waiting.popleft() for _ in range(min(free, len(self.waiting)))]
+        return going + admitted
+
+    def leave(self, gone: set[str]) -> None:
+        self.waiting = deque(r for r in self.waiting if r.request_id not in gone)
 
 
 def _going_on(reply: Frame) -> list[str]:
@@ -63,24 +89,26 @@ def _going_on(reply: Frame) -> list[str]:
 
 
 def _next_batch(
-    sock: socket.socket, going: list[InferenceRequest]
+    sock: socket.socket, going: list[InferenceRequest], room: Room
 ) -> list[InferenceRequest] | None:
-    """The next step's requests: those going on and the ones that joined, less those that
-    left; with none, waits for the server. [] once it ends the run; None at EOF."""
+    """The next step's requests: those going on, less those that left, and the ones that
+    joined as places allow; with none, waits for the server. [] once it ends the run; None
+    at EOF."""
     while True:
-        if going and not _readable(sock):
-            return going
+        if (going or room.waiting) and not _readable(sock):
+            return room.admit(going)
         frame = read_frame_sync(sock)
         if frame is None:
             return None
         requests, command = _control(frame)
-        if command == "end" and not going:
+        if command == "end" and not going and not room.waiting:
             return []
         if command == "join":
-            going = going + requests
+            room.waiting.extend(requests)
         elif command == "leave":
             gone = {request.request_id for request in requests}
             going = [request for request in going if request.request_id not in gone]
+            room.leave(gone)
 
 
 def _until_end(sock: socket.socket) -> Frame | None:

@@ -17,7 +17,9 @@ one ends it. Then, before those answers are written (the worker is already on it
 step), the requests queued meanwhile join the run (a request queued while the run has a
 free place joins as it arrives, in time for the worker's next step) and the requests
 whose client left (or whose client timeout passed) leave it: the handler stops seeing
-their ids, so no step runs for nobody. Once a step leaves nothing running and no join is
+their ids, so no step runs for nobody. Joins go ahead of free places: up to a step's
+worth more requests wait in the worker, which gives a place a step frees to one of them at
+the very next step. Once a step leaves nothing running and no join is
 on its way, the run ends, and the next request starts a new one.
 
 A failed step (the handler raised) fails every request of the run with its error; so does
@@ -66,7 +68,7 @@ class Running:
 
 @dataclass(eq=False)
 class ContinuousBatch:
-    """One worker's running batch of at most `capacity` requests (module docstring)."""
+    """One worker's running batch of at most `capacity` requests a step (module docstring)."""
 
     worker: SubprocessWorker
     batcher: Batcher
@@ -77,6 +79,12 @@ class ContinuousBatch:
     queue_ms: float = 0.0  # the mean queue time of the last requests that joined
     ending: bool = False  # the run's "end" was sent: steps still on their way only answer
     stepped: asyncio.Event = field(default_factory=asyncio.Event)  # a step's answer came
+
+    @property
+    def room(self) -> int:
+        """The most requests in the worker's hands: a step's worth running and as many
+        waiting there for a place (worker/steps.py `Room`)."""
+        return 2 * self.capacity
 
     async def serve(
         self,
@@ -109,7 +117,7 @@ class ContinuousBatch:
         self.ending = False
         arrivals = asyncio.ensure_future(self._join_arrivals())
         try:
-            await self.worker.start_run(first, self._stepped, self._chunk)
+            await self.worker.start_run(first, self.capacity, self._stepped, self._chunk)
         except ServeError as error:
             self.fail_all(error)
         except asyncio.CancelledError:
@@ -128,7 +136,7 @@ class ContinuousBatch:
         try:
             while not self.ending:
                 await self.batcher.wait_first()
-                free = self.capacity - len(self.running)
+                free = self.room - len(self.running)
                 joining = self.batcher.take_now(free) if self.taking() and not self.ending else []
                 if joining:
                     self.worker.control("join", self._join(joining))
@@ -162,7 +170,7 @@ class ContinuousBatch:
     def _steer(self) -> None:
         """Between steps: departed requests leave, queued ones join, or the run ends."""
         self._leave_departed()
-        free = self.capacity - len(self.running)
+        free = self.room - len(self.running)
         joining = self.batcher.take_now(free) if self.taking() else []
         if joining:
             self.worker.control("join", self._join(joining))

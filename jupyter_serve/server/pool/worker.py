@@ -266,6 +266,7 @@ class SubprocessWorker:
         command: str = "predict",
         on_chunk: ChunkCallback | None = None,
         on_step: StepCallback | None = None,
+        **header: Any,
     ) -> asyncio.Future[WorkerReply]:
         """Send one batch to the worker before returning; its answer to come.
 
@@ -282,7 +283,7 @@ class SubprocessWorker:
         """
         loop = asyncio.get_running_loop()
         try:
-            parts = self._batch_parts(batch, command)
+            parts = self._batch_parts(batch, command, header)
         except ServeError as exc:
             failed: asyncio.Future[WorkerReply] = loop.create_future()
             failed.set_exception(exc)
@@ -297,16 +298,19 @@ class SubprocessWorker:
     def start_run(
         self,
         batch: Sequence[InferenceRequest],
+        capacity: int,
         on_step: Callable[[WorkerReply | ServeError], None],
         on_chunk: ChunkCallback | None = None,
     ) -> asyncio.Future[WorkerReply]:
         """Start a continuous batch the worker steps on its own (the protocol's "steps"
-        command) with `batch`; each step's answer goes to `on_step`: a `WorkerReply`, or
-        the `ServeError` of a step that failed (the run then waits for "end"). `control`
-        sends joins, leaves and the end; the future is the run's end, raising as
-        `dispatch`'s. The response timeout applies to each step: each answer restarts it.
+        command) with `batch`, at most `capacity` requests a step; each step's answer goes
+        to `on_step`: a `WorkerReply`, or the `ServeError` of a step that failed (the run
+        then waits for "end"). `control` sends joins, leaves and the end; the future is the
+        run's end, raising as `dispatch`'s. The response timeout applies to each step: each
+        answer restarts it.
         """
-        return self.dispatch(batch, "steps", on_chunk, partial(self._stepped, on_step))
+        return self.dispatch(batch, "steps", on_chunk, partial(self._stepped, on_step),
+                             capacity=capacity)  # fmt: skip
 
     def control(self, command: str, batch: Sequence[InferenceRequest] = ()) -> None:
         """Send a running "steps" run a "join" (new requests), "leave" (requests by id whose
@@ -327,11 +331,13 @@ class SubprocessWorker:
             return
         on_step(reply)
 
-    def _batch_parts(self, batch: Sequence[InferenceRequest], command: str) -> list[Buffer]:
+    def _batch_parts(
+        self, batch: Sequence[InferenceRequest], command: str, header: dict[str, Any]
+    ) -> list[Buffer]:
         if self.state is not WorkerState.READY:
             raise WorkerDied(f"Worker {self.id} is {self.state.name}, not READY.")
         try:
-            return protocol.encode_infer_parts(list(batch), command)
+            return protocol.encode_infer_parts(list(batch), command, **header)
         except protocol.ProtocolError as exc:  # over 4 GiB: the worker is fine
             raise ServeError(f"Batch too large to send: {exc}", status_code=413) from exc
 
