@@ -21,7 +21,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from route_models import STREAM, gate, register, release_if_waiting, serve_state, server_config
+from route_models import (
+    STREAM,
+    gate,
+    register,
+    release,
+    release_if_waiting,
+    serve_state,
+    server_config,
+)
 
 from jupyter_serve.server.http.exchange import Exchange
 from jupyter_serve.server.http.fastpath import LaneWriter
@@ -246,8 +254,8 @@ async def test_a_streamed_answer_goes_out_chunk_by_chunk_and_the_connection_goes
         assert "content-length" not in headers
         assert headers["content-type"] == "text/plain"
         uuid.UUID(headers["x-request-id"])
-        assert await client.chunk() == b"hello "  # here while the handler waits at its gate
-        await release_if_waiting(fifo)
+        assert await client.chunk() == b"hello "  # sent just before the handler's gate
+        await within(release(fifo))  # waits for the handler to open it: no lost release
         assert [await client.chunk() for _ in range(4)] == [b"hello ", b"hello ",
                                                           b"hello world ", None]  # fmt: skip
         assert calls(exchange) == ["begin", "chunk", "chunk", "end"]
@@ -330,7 +338,7 @@ async def test_a_client_that_leaves_takes_its_queued_request_with_it(
         assert await within(spy.gone.get()) is leaving
         assert leaving.pending is not None
         assert leaving.pending.cancelled()
-        await release_if_waiting(fifo)
+        await within(release(fifo))
         assert await busy_client.chunk() == b"first"
         third = await jp_fetch("serve", "predictions", "ledger", method="POST", body=b"x",
                                headers={**tags, "X-Tag": "third"})  # fmt: skip
