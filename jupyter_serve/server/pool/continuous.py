@@ -52,18 +52,10 @@ Record = Callable[[WorkerReply, int, float], None]
 
 @dataclass(eq=False)
 class Running:
-    """A request in the run: when it joined, and `continuing` once a step said it goes on."""
+    """A request in the run (the worker holds what it goes on with) and when it joined."""
 
     item: Pending
     joined: float
-    continuing: bool = False
-
-    def step_request(self) -> InferenceRequest:
-        """What the run gets: the request, or, continuing, its id and headers alone."""
-        request = self.item.request
-        if not self.continuing:
-            return request
-        return InferenceRequest(request.request_id, request.headers)
 
 
 @dataclass(eq=False)
@@ -201,8 +193,6 @@ class ContinuousBatch:
             last = not goes_on(result.headers)
             if last:
                 del self.running[result.request_id]
-            else:
-                entry.continuing = True
             deliveries.append((entry.item, result, entry.joined, last))
         return deliveries
 
