@@ -128,11 +128,7 @@ class ContinuousBatch:
         try:
             while not self.ending:
                 await self.batcher.wait_first()
-                free = self.room - len(self.running)
-                joining = self.batcher.take_now(free) if self.taking() and not self.ending else []
-                if joining:
-                    self.worker.control("join", self._join(joining))
-                else:
+                if not self._join_queued():
                     self.stepped.clear()
                     await self.stepped.wait()
         except BatcherClosed:
@@ -162,12 +158,16 @@ class ContinuousBatch:
     def _steer(self) -> None:
         """Between steps: departed requests leave, queued ones join, or the run ends."""
         self._leave_departed()
+        if not self._join_queued() and not self.running:
+            self._end()
+
+    def _join_queued(self) -> bool:
+        """Send the requests queued now that fit in the worker's hands; whether any went."""
         free = self.room - len(self.running)
-        joining = self.batcher.take_now(free) if self.taking() else []
+        joining = self.batcher.take_now(free) if self.taking() and not self.ending else []
         if joining:
             self.worker.control("join", self._join(joining))
-        elif not self.running:
-            self._end()
+        return bool(joining)
 
     def _end(self) -> None:
         """Send the run's one "end" (steps on their way, e.g. of requests that left, may
