@@ -24,8 +24,8 @@ from jupyter_serve.server.pool import (
     WorkerLoadError,
     WorkerPool,
     WorkerState,
+    cores,
 )
-from jupyter_serve.server.pool.pool import cpu_threads_per_worker
 from jupyter_serve.wire.errors import BadRequest, ServeError, ServiceUnavailable
 from jupyter_serve.wire.protocol import InferenceRequest, InferenceResult, Parameter
 
@@ -640,8 +640,10 @@ def test_worker_gets_pythonpath_and_torch_threads(
 def test_cpu_workers_share_the_cores_unless_torch_threads_is_set(
     make_spec: Callable[..., ModelSpec], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """4 cores, 2 workers: 2 threads each (a continuously batching model's worker leaves a
+    core to the server: tests/test_pool_continuous.py)."""
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(cores, "available_cores", lambda: 4)
 
     async def main() -> list[tuple[list[str], str]]:
         pool = make_pool(make_spec())
@@ -655,10 +657,8 @@ def test_cpu_workers_share_the_cores_unless_torch_threads_is_set(
         return seen
 
     for argv, omp in run(main()):
-        assert argv[-2:] == ["--torch-threads", "2"]  # 4 cores / 2 workers
+        assert argv[-2:] == ["--torch-threads", "2"]
         assert omp == "2"
-    assert cpu_threads_per_worker(3, cores=2) == 1
-    assert cpu_threads_per_worker(1, cores=2) == 2
 
 
 def test_worker_output_goes_to_the_log_and_the_ring_buffer(

@@ -21,7 +21,7 @@ import pytest
 
 from jupyter_serve.server.batching import Batcher
 from jupyter_serve.server.models import ModelSpec
-from jupyter_serve.server.pool import WorkerPool
+from jupyter_serve.server.pool import WorkerPool, cores
 from jupyter_serve.wire.errors import ServeError
 from jupyter_serve.wire.protocol import InferenceRequest, InferenceResult, Parameter
 
@@ -62,6 +62,13 @@ def stopping(cache, request_id):
     def stop(item):
         return cache[request_id] <= 0
     return stop
+"""
+
+THREADS = """
+import torch
+
+def handle(data, context):
+    return None if data is None else [str(torch.get_num_threads()) for _ in data]
 """
 
 
@@ -161,6 +168,25 @@ def test_a_waiting_request_joins_the_running_batch_when_a_place_frees(tmp_path: 
     assert ids[joined : joined + 2] == ["r2,r3,r4,r5"] * 2
     assert set(ids[1:joined] + ids[joined + 2 :]) == {"r2,r3,r4"}
     assert [kind for kind, rid, _ in recorder.events if rid == "r2"] == ["chunk"] * 29 + ["done"]
+
+
+def test_its_worker_leaves_a_core_to_the_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On 3 cores a continuously batching model's one worker runs torch on 2: the server
+    streams each step while the worker computes the next (server/pool/cores.py)."""
+    monkeypatch.setattr(cores, "available_cores", lambda: 3)
+    spec = continuous_spec(tmp_path / "steps")
+    (tmp_path / "steps" / "handler.py").write_text(THREADS)
+
+    async def scenario() -> InferenceResult:
+        pool = await serving(spec)
+        try:
+            return await Recorder(pool).submit("r1", "")
+        finally:
+            await pool.stop()
+
+    assert run(scenario()).body == b"2"
 
 
 def test_a_departed_client_leaves_the_batch_at_a_next_step(tmp_path: Path) -> None:

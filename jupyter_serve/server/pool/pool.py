@@ -28,10 +28,11 @@ from typing import TYPE_CHECKING, Any
 
 from jupyter_serve.server import devices
 from jupyter_serve.server.batching import Batcher, no_worker_message
+from jupyter_serve.server.pool.cores import cpu_threads_per_worker
 from jupyter_serve.server.pool.dispatch import Dispatch
 from jupyter_serve.server.pool.errors import WorkerLoadError
 from jupyter_serve.server.pool.logs import LOGGER, WorkerLog
-from jupyter_serve.server.pool.process import cpu_threads_per_worker, worker_command
+from jupyter_serve.server.pool.process import worker_command
 from jupyter_serve.server.pool.slots import (
     BACKOFF,
     LoadCallback,
@@ -268,7 +269,8 @@ class WorkerPool:
             self.log,
             gpu_id=slot.gpu_id,
             env=devices.worker_env(slot.gpu_id, gpus=self._visible),
-            torch_threads=self.spec.torch_threads or cpu_threads_per_worker(len(self._slots)),
+            torch_threads=self.spec.torch_threads
+            or cpu_threads_per_worker(len(self._slots), streaming=self.spec.continuous_batching),
             on_exit=lambda exited: self._worker_exited(slot, exited),
             factory=self._factory,
             withhold=self._withhold,

@@ -11,8 +11,7 @@ This module knows processes, not models: `SubprocessWorker` (worker.py) drives
 the protocol on top of it, and `WorkerFactory` (factory.py) forks workers from a
 warm interpreter. Output lines go to a `WorkerLog` under the worker's label.
 What a worker starts with (its command, working directory and environment,
-`worker_environment` and `env_changes`) is environment.py's, re-exported here;
-`cpu_threads_per_worker` sizes its thread pools.
+`worker_environment` and `env_changes`) is environment.py's, re-exported here.
 """
 
 from __future__ import annotations
@@ -42,7 +41,6 @@ from jupyter_serve.wire.protocol import Buffer, Frame
 __all__ = [
     "ProcessHandle",
     "WorkerProcess",
-    "cpu_threads_per_worker",
     "env_changes",
     "worker_command",
     "worker_environment",
@@ -68,16 +66,6 @@ def worker_socketpair() -> tuple[socket.socket, socket.socket]:
         with contextlib.suppress(OSError):
             end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER_BYTES)
     return parent, child
-
-
-def cpu_threads_per_worker(workers: int, cores: int | None = None) -> int:
-    """Torch threads for one of `workers` CPU workers sharing the machine's cores.
-
-    Torch defaults every process to all cores; N workers then oversubscribe the CPU
-    (bench/run.py's `+omp1` points measure the difference). A model's `torchThreads` overrides this.
-    """
-    available = cores if cores is not None else (os.cpu_count() or 1)
-    return max(1, available // max(1, workers))
 
 
 class ProcessHandle(Protocol):
