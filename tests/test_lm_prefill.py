@@ -12,7 +12,8 @@ import torch
 from lm_models import prompt_ids, tiny_lm
 
 from jupyter_serve.handlers import lm_prefill
-from jupyter_serve.handlers.lm_generation import Generation, cache_keyword_of, layers_of
+from jupyter_serve.handlers.lm_cache import layers_of
+from jupyter_serve.handlers.lm_generation import Generation, cache_keyword_of
 from jupyter_serve.handlers.lm_prefill import prefill_groups, prefill_together
 from jupyter_serve.wire.generation import GenerationRequest
 

@@ -4,12 +4,12 @@ A step of the `causal_lm` handler (jupyter_serve/handlers/causal_lm.py) feeds ea
 sequence its last token. One forward pass per sequence costs the model's whole Python
 overhead each time; a `DecodeBatch` instead lays the sequences' KV caches out together
 (left-padded to the longest, the padding masked out) and runs them as one batch. While the
-same sequences run, step after step, that layout is kept and only grows by the new token
-(the mask by one column); when one joins or leaves, or one must step alone, each member
-gets its own cache back (views of its rows, without the padding) and the next step lays
-the new set out again. Each sequence still samples with its own generator. The batch's
-numbers are the model's batched numbers: they match a sequence decoded alone up to float
-rounding, not bit for bit.
+same sequences run, step after step, that layout is kept and only grows by the new token,
+written in place (jupyter_serve/handlers/lm_cache.py; the mask grows by one column); when
+one joins or leaves, or one must step alone, each member gets its own cache back (views
+of its rows, without the padding) and the next step lays the new set out again. Each
+sequence still samples with its own generator. The batch's numbers are the model's
+batched numbers: they match a sequence decoded alone up to float rounding, not bit for bit.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from typing import Any
 
 import torch
 
-from jupyter_serve.handlers.lm_generation import Generation, as_cache, layers_of
+from jupyter_serve.handlers.lm_cache import GROW_MIN, GrowingLayer, growing_cache, layers_of
+from jupyter_serve.handlers.lm_generation import Generation
 
 __all__ = ["DecodeBatch"]
 
@@ -67,7 +68,7 @@ class DecodeBatch:
         lengths = [generation.cached for generation in generations]
         longest = max(lengths)
         per_layer = zip(*(layers_of(g.cache) for g in generations), strict=True)
-        self.cache = as_cache([_stack(layer, lengths, longest) for layer in per_layer])
+        self.cache = growing_cache([_stack(layer, lengths, longest) for layer in per_layer])
         self.mask = torch.zeros(len(generations), longest, dtype=torch.long, device=device)
         for row, length in enumerate(lengths):
             self.mask[row, longest - length :] = 1
@@ -76,12 +77,15 @@ class DecodeBatch:
 
 def _stack(
     layer: Sequence[tuple[torch.Tensor, torch.Tensor]], lengths: list[int], longest: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """One layer's keys and values of every sequence, left-padded to `longest` positions."""
-    first = layer[0][0]
-    shape = (len(layer), first.shape[1], longest, first.shape[3])
-    keys, values = first.new_zeros(shape), first.new_zeros(shape)
+) -> GrowingLayer:
+    """One layer's keys and values of every sequence, left-padded to `longest` positions,
+    in buffers with room to grow (jupyter_serve/handlers/lm_cache.py)."""
+    first_keys, first_values = layer[0]
+    room = longest + max(GROW_MIN, longest // 2)
+    keys = first_keys.new_zeros((len(layer), first_keys.shape[1], room, first_keys.shape[3]))
+    values = first_values.new_zeros((len(layer), first_values.shape[1], room,
+                                     first_values.shape[3]))  # fmt: skip
     for row, ((k, v), length) in enumerate(zip(layer, lengths, strict=True)):
-        keys[row, :, longest - length :] = k[0]
-        values[row, :, longest - length :] = v[0]
-    return keys, values
+        keys[row, :, longest - length : longest] = k[0]
+        values[row, :, longest - length : longest] = v[0]
+    return GrowingLayer.over(keys, values, longest)

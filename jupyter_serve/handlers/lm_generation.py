@@ -20,10 +20,11 @@ from typing import Any
 
 import torch
 
+from jupyter_serve.handlers.lm_cache import as_cache
 from jupyter_serve.handlers.lm_text import Detokenizer, StopWatch
 from jupyter_serve.wire.generation import GenerationRequest
 
-__all__ = ["Generation", "Layers", "as_cache", "cache_keyword_of", "choose_token", "layers_of"]
+__all__ = ["Generation", "cache_keyword_of", "choose_token"]
 
 
 class Generation:
@@ -42,8 +43,8 @@ class Generation:
         self.max_new_tokens = max_new_tokens
         self.end_ids = end_ids
         self.generated: list[int] = []
-        # A transformers cache while it steps alone, else per layer (keys, values) tensors
-        # [1, heads, cached, dim] (views of a batch's, lm_batch.py)
+        # A growing cache while it steps alone (lm_cache.py), else per layer (keys, values)
+        # tensors [1, heads, cached, dim] (views of a batch's, lm_batch.py)
         self.cache: Any = None
         self.finish_reason: str | None = None
         seed = request.seed if request.seed is not None else secrets.randbits(63)
@@ -98,24 +99,6 @@ class Generation:
         text, stopped = self.stops.feed(self.text.flush())
         self.finish_reason = "stop" if stopped else reason
         return text if stopped else text + self.stops.flush()
-
-
-Layers = list[tuple[torch.Tensor, torch.Tensor]]
-
-
-def as_cache(layers: Any) -> Any:
-    """A transformers KV cache holding `layers` (plain tensors, copied in once), or the
-    cache itself (or None) as it is."""
-    from transformers.cache_utils import DynamicCache
-
-    return DynamicCache(layers) if isinstance(layers, list) else layers
-
-
-def layers_of(cache: Any) -> Layers:
-    """The (keys, values) tensors of each layer of a KV cache (plain tensors as they are)."""
-    if isinstance(cache, list):
-        return cache
-    return [(layer.keys, layer.values) for layer in cache.layers]
 
 
 def cache_keyword_of(model: Any) -> str:

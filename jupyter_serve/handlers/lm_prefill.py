@@ -25,7 +25,8 @@ from typing import Any, Protocol, TypeVar
 
 import torch
 
-from jupyter_serve.handlers.lm_generation import Generation, layers_of
+from jupyter_serve.handlers.lm_cache import layers_of
+from jupyter_serve.handlers.lm_generation import Generation
 
 __all__ = ["FORWARD_COST", "MAX_GROUP_TOKENS", "prefill_groups", "prefill_together"]
 
