@@ -1,22 +1,26 @@
 """Try-it for a language model in a real browser: Debian's chromium driving a real `jupyter lab`.
 
 One `jupyter lab` (lab_browser.py: non-default base_url, cookie + XSRF only) serves the
-demo model and the tiny language model of lm_models (`causal_lm`, registered with one
-place in its continuous batch). In order: the model's card says its sequences in flight
+demo model and a tiny language model (`causal_lm`, registered with one place in its
+continuous batch) whose window is long enough that an answer Stop ends is still streaming
+whatever this machine's speed. In order: the model's card says its sequences in flight
 and tokens per second on one line at the default sidebar width; its Try it is a chat
 whose answers stream from `serve/v1/chat/completions` (temperature 0 by default, so the
 answer is the one a direct request gets), each with its time to first token and tokens
 per second, the conversation going with the next message; Stop ends an answer and the
-server frees its place; the demo model's Try it is still the request form.
+server frees its place; Copy curl gives a command that, run in a shell with the token in
+the environment, streams the answer the chat would get; the demo model's Try it is still
+the request form.
 Screenshots land in build/screenshots/.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,25 +35,26 @@ from lab_browser import (  # jp_*: pytest-jupyter's loop fixtures, switched off 
     playwright_expect,
     running_lab,
 )
-from lm_models import archive_lm, tiny_lm
+from lm_models import archive_lm
 from serve_process import TOKEN
 
-__all__ = ["tiny_lm"]  # the session fixture, imported for this module's server
+from jupyter_serve.kernel.tiny_lm import TinyLMShape, make_tiny_lm
 
 expect = playwright_expect()
 pytestmark = NEEDS_CHROMIUM
 MODEL = "tinylm/1.0"
-LONG = 400  # tokens: the stopped answer's limit; its greedy answer runs that long
+LONG = 8000  # tokens: the stopped answer's limit; its greedy answer runs that long
 ONE_LINE = """node => { const range = document.createRange(); range.selectNodeContents(node);
   return range.getClientRects().length; }"""
 STATS = r"^TTFT \d+(\.\d)? ms · \d+(\.\d+)? tokens/s · {tokens} tokens · {why}$"
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, tiny_lm: Path) -> Iterator[LabServer]:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
     root = tmp_path_factory.mktemp("lab")
     (root / "model_store").mkdir()
-    archive_lm(tiny_lm, root / "model_store")
+    lm = make_tiny_lm(root / "tinylm", TinyLMShape(context=LONG + 192))
+    archive_lm(lm, root / "model_store")
     with running_lab(root) as lab:
         with lab.serve_client() as client:  # one place: a stopped answer must free it
             query = {"url": "tinylm.mar", "initial_workers": 1, "batch_size": 1,
@@ -166,7 +171,9 @@ def test_stop_ends_the_answer_and_the_server_frees_its_place(lab: Lab, server: L
     expect(card_line).to_have_text(re.compile(r"^1 in flight · "))  # a refresh meanwhile
     chat.locator(".jp-ServeChat-stop").click()
     expect(answer).to_have_attribute("data-ending", "stopped")
-    expect(answer.locator(".jp-ServeChat-stats")).to_have_text(re.compile(r"· stopped$"))
+    stats = answer.locator(".jp-ServeChat-stats")
+    expect(stats).to_have_text(re.compile(STATS.format(tokens=r"(\d+)", why="stopped")))
+    came = int(re.findall(r"(\d+) tokens", stats.inner_text())[0])
     expect(chat.locator(".jp-ServeChat-send")).to_be_enabled()
     # The model has one place: this answer is taken once the stopped one left it.
     assert _direct(server, asked, 1)
@@ -175,12 +182,38 @@ def test_stop_ends_the_answer_and_the_server_frees_its_place(lab: Lab, server: L
     assert after["inFlight"] == 0
     expect(card_line).to_have_text(re.compile(r"^0 in flight · "))
     partial = content.text_content() or ""
-    whole = _direct(server, asked, LONG)
+    whole = _direct(server, asked, came + 16)  # what came, then more
     assert partial
     assert whole.startswith(partial)
     assert partial != whole
     assert answer.get_attribute("data-kept") == "true"  # what came stays in the conversation
     lab.screenshot("chat-stopped", lab.page.locator("#jp-main-dock-panel"))
+
+
+def test_copy_curl_streams_the_answer_the_next_message_gets(lab: Lab, server: LabServer) -> None:
+    chat = _chat(lab)
+    chat.locator(".jp-ServeChat-clear").click()
+    chat.locator('input[name="max_tokens"]').fill("12")
+    chat.locator(".jp-ServeChat-input").fill("What is a set?")
+    chat.locator(".jp-ServeChat-copy").click()
+    lab.notification("Copied the curl command (set JUPYTER_TOKEN first)")
+    command = chat.locator(".jp-ServeChat-curl").text_content() or ""
+    assert command.startswith("curl -N -X POST")
+    assert "$JUPYTER_TOKEN" in command
+    assert TOKEN not in command
+    assert chat.locator(".jp-ServeChat-input").input_value() == "What is a set?"  # not sent
+    expect(chat.locator(".jp-ServeChat-message")).to_have_count(0)
+
+    env = {"PATH": os.environ["PATH"], "JUPYTER_TOKEN": TOKEN}
+    ran = subprocess.run(["sh", "-c", command], env=env, capture_output=True, text=True,
+                         timeout=120, check=True)  # fmt: skip
+    events = [line[6:] for line in ran.stdout.splitlines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(event) for event in events[:-1]]
+    text = "".join(c["delta"].get("content") or "" for e in chunks for c in e["choices"])
+    assert text == _direct(server, [{"role": "user", "content": "What is a set?"}], 12)
+    assert chunks[-1]["usage"]["completion_tokens"] == 12
+    lab.screenshot("chat-curl", lab.page.locator("#jp-main-dock-panel"))
 
 
 def test_another_model_keeps_the_request_form(lab: Lab) -> None:

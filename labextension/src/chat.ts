@@ -8,26 +8,38 @@
  * shown) leaves its exchange out of the conversation. Stop aborts the request: the
  * server then drops it from its running batch. Temperature (0 by default: the same
  * message gets the same answer) and the most tokens an answer may have are set above
- * the conversation. Enter sends, Shift+Enter starts a new line.
+ * the conversation. Enter sends, Shift+Enter starts a new line. Copy curl copies (and
+ * shows) the `curl -N` command that streams the answer the next message would get,
+ * with the conversation so far: the typed message, else `SAMPLE_MESSAGE`; the token
+ * is left out (`curl.ts`).
  */
 
+import { Clipboard, Notification } from '@jupyterlab/apputils';
+import { PageConfig } from '@jupyterlab/coreutils';
 import { Widget } from '@lumino/widgets';
 
-import { errorText } from './api';
+import { errorText, serveUrl } from './api';
 import {
   AnswerClock,
   CHAT_PATH,
   IChatMessage,
+  IChatOptions,
   IChatResult,
+  chatCurl,
   describeAnswer,
   isAbort,
   modelId,
   streamChat
 } from './chatstream';
+import { tokenVariable } from './curl';
 import { button, element, setText } from './dom';
+import { hubContext } from './hub';
 
 /** The answer's length when the user does not say: room for a few sentences. */
 export const DEFAULT_MAX_TOKENS = 128;
+
+/** The message a copied curl command asks when none is typed. */
+export const SAMPLE_MESSAGE = 'Hello!';
 
 export class ChatView extends Widget {
   constructor(
@@ -66,10 +78,13 @@ export class ChatView extends Widget {
         {},
         this._send,
         this._stop,
-        this._clear
+        this._clear,
+        this._copy
       ),
+      this._curl,
       this._status
     );
+    this._curl.hidden = true;
   }
 
   /** The conversation so far (what the next request sends before the new message). */
@@ -100,14 +115,7 @@ export class ChatView extends Widget {
     let ending = '';
     try {
       result = await streamChat(
-        {
-          model: modelId(this.modelName, this.modelVersion),
-          messages: [...conversation, asked],
-          temperature: this._number(this._temperature, 0),
-          maxTokens: Math.round(
-            this._number(this._maxTokens, DEFAULT_MAX_TOKENS)
-          )
-        },
+        this._options([...conversation, asked]),
         piece => {
           clock.text(performance.now());
           content.append(piece);
@@ -140,6 +148,27 @@ export class ChatView extends Widget {
     setText(this._status, kept ? '' : 'Left out of the conversation.');
   }
 
+  /** The `curl -N` command for the next message (module docstring); shown, and copied. */
+  copyCurl(): string {
+    const text = this._input.value.trim() || SAMPLE_MESSAGE;
+    const asked: IChatMessage = { role: 'user', content: text };
+    const url = new URL(serveUrl(CHAT_PATH), window.location.href).href;
+    const hub = hubContext(PageConfig.getOption, window.location.origin);
+    const command = chatCurl(
+      url,
+      this._options([...this._messages, asked]),
+      hub
+    );
+    setText(this._curl, command);
+    this._curl.hidden = false;
+    Clipboard.copyToSystem(command);
+    Notification.info(
+      `Copied the curl command (set ${tokenVariable(hub)} first)`,
+      { autoClose: 3000 }
+    );
+    return command;
+  }
+
   /** Stop the answer streaming now, if any. */
   stop(): void {
     this._abort?.abort();
@@ -150,6 +179,7 @@ export class ChatView extends Widget {
     this.stop();
     this._messages = [];
     this._log.replaceChildren();
+    this._curl.hidden = true;
     this._showError('');
     setText(this._status, '');
   }
@@ -203,6 +233,16 @@ export class ChatView extends Widget {
     this._error.hidden = !text;
   }
 
+  /** The request for `messages` with the settings above the conversation. */
+  private _options(messages: IChatMessage[]): IChatOptions {
+    return {
+      model: modelId(this.modelName, this.modelVersion),
+      messages,
+      temperature: this._number(this._temperature, 0),
+      maxTokens: Math.round(this._number(this._maxTokens, DEFAULT_MAX_TOKENS))
+    };
+  }
+
   private _number(input: HTMLInputElement, fallback: number): number {
     const value = input.valueAsNumber;
     return Number.isFinite(value) ? value : fallback;
@@ -216,6 +256,7 @@ export class ChatView extends Widget {
   private _temperature = element('input', 'jp-mod-styled');
   private _maxTokens = element('input', 'jp-mod-styled');
   private _status = element('div', 'jp-ServeChat-status');
+  private _curl = element('pre', 'jp-ServeChat-curl');
   private _send = button(
     'Send',
     'jp-ServeChat-send',
@@ -233,5 +274,11 @@ export class ChatView extends Widget {
     'jp-ServeChat-clear',
     () => this.clear(),
     'Start a new conversation'
+  );
+  private _copy = button(
+    'Copy curl',
+    'jp-ServeChat-copy',
+    () => void this.copyCurl(),
+    'Copy a curl command streaming the answer to the next message (the token is left out)'
   );
 }

@@ -17,6 +17,8 @@
  */
 
 import { ServeRequestError, answerServe, servePath } from './api';
+import { curlCommand } from './curl';
+import { IHubContext } from './hub';
 import { readEvents } from './sse';
 import { formatMs, formatRate } from './summary';
 
@@ -66,6 +68,19 @@ export function chatBody(options: IChatOptions): string {
     stream: true,
     stream_options: { include_usage: true }
   });
+}
+
+/**
+ * The `curl -N` command streaming the answer `options` ask for from `url` (the chat
+ * route's absolute URL), the token from the environment (`curl.ts`).
+ */
+export function chatCurl(
+  url: string,
+  options: IChatOptions,
+  hub: IHubContext | null = null
+): string {
+  const body = { kind: 'json' as const, text: chatBody(options) };
+  return curlCommand(url, body, hub, { stream: true });
 }
 
 /** The OpenAI routes' name of a served version. */

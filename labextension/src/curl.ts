@@ -101,15 +101,18 @@ function dataOption(body: TryBody): string {
 /**
  * `curl` sending `body` to `url` (an absolute URL) with the token from the
  * environment; under `hub`, `$HUB_TOKEN` after a line saying where to get one.
+ * `stream`: the answer streams (server-sent events), so curl shows each piece as
+ * it comes (`-N`, no output buffering).
  */
 export function curlCommand(
   url: string,
   body: TryBody,
-  hub: IHubContext | null = null
+  hub: IHubContext | null = null,
+  { stream = false }: { stream?: boolean } = {}
 ): string {
   const type = contentTypeOf(body).replace(/[\r\n]+/g, ' ');
   const command = [
-    'curl -X POST',
+    stream ? 'curl -N -X POST' : 'curl -X POST',
     authHeader(hub),
     `-H ${shellQuote(`Content-Type: ${type}`)}`,
     dataOption(body),

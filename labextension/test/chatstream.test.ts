@@ -1,15 +1,21 @@
-import { beforeEach, describe, expect, it, vi } from 'vitest';
+import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+import { beforeEach, describe, expect, it, onTestFinished, vi } from 'vitest';
 
 import { answerServe } from '../src/api';
 import {
   AnswerClock,
   chatBody,
+  chatCurl,
   describeAnswer,
   isAbort,
   openAIError,
   readChunk,
   streamChat
 } from '../src/chatstream';
+import { SHELLS, curlArgs } from './shell';
 import { body } from './streams';
 
 vi.mock('../src/api', async importOriginal => ({
@@ -183,5 +189,44 @@ describe('AnswerClock', () => {
     expect(describeAnswer(new AnswerClock(0), null, 'failed')).toBe(
       'TTFT – · – tokens/s · 0 tokens · failed'
     );
+  });
+});
+
+describe('chatCurl', () => {
+  const CHAT_URL = 'http://127.0.0.1:8888/base/serve/v1/chat/completions';
+  const TRICKY = {
+    ...OPTIONS,
+    messages: [
+      { role: 'user' as const, content: "it's $(touch x) `touch x`\n\u001b[2J" }
+    ]
+  };
+
+  for (const shell of SHELLS) {
+    it(`streams the request the chat would send, in ${shell[0]}, running nothing`, () => {
+      const cwd = mkdtempSync(join(tmpdir(), 'chat-curl-'));
+      onTestFinished(() => rmSync(cwd, { recursive: true, force: true }));
+      const args = curlArgs(shell, chatCurl(CHAT_URL, TRICKY), cwd);
+      expect(args).toEqual([
+        '-N',
+        '-X',
+        'POST',
+        '-H',
+        'Authorization: token from-env',
+        '-H',
+        'Content-Type: application/json',
+        '--data-raw',
+        chatBody(TRICKY),
+        CHAT_URL
+      ]);
+      expect(JSON.parse(args[8]).stream).toBe(true);
+      expect(readdirSync(cwd)).toEqual([]);
+    });
+  }
+
+  it('reads $HUB_TOKEN under a hub', () => {
+    const hub = { tokenPage: 'https://hub.example/hub/token' };
+    const command = chatCurl(CHAT_URL, OPTIONS, hub);
+    expect(command).toContain('$HUB_TOKEN');
+    expect(command).not.toContain('JUPYTER_TOKEN');
   });
 });

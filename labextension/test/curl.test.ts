@@ -1,4 +1,3 @@
-import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -13,23 +12,9 @@ import {
   withoutCredentials
 } from '../src/curl';
 import { IHubContext } from '../src/hub';
+import { SHELLS, curlArgs } from './shell';
 
 const URL = 'http://127.0.0.1:8888/base/serve/predictions/demo/1.0';
-
-/** The argv `command` gives `curl` in `shell`, `curl` being a function that prints it. */
-function curlArgs(shell: string[], command: string, cwd: string): string[] {
-  const script = `curl() { printf '%s\\0' "$@"; }\n${command}\n`;
-  const out = execFileSync(shell[0], [...shell.slice(1), '-c', script], {
-    cwd,
-    env: {
-      PATH: process.env.PATH ?? '',
-      JUPYTER_TOKEN: 'from-env',
-      HUB_TOKEN: 'from-hub-env'
-    },
-    stdio: ['ignore', 'pipe', 'pipe']
-  });
-  return out.toString('utf8').split('\0').slice(0, -1);
-}
 
 const ADVERSARIAL = [
   'kitten$(touch x).jpg',
@@ -100,6 +85,13 @@ describe('curlCommand', () => {
     expect(withoutCredentials(URL)).toBe(URL);
   });
 
+  it('asks curl not to buffer a streamed answer', () => {
+    const body = { kind: 'json' as const, text: '{}' };
+    const command = curlCommand(URL, body, null, { stream: true });
+    expect(command.split(' \\\n  ')[0]).toBe('curl -N -X POST');
+    expect(curlCommand(URL, body).split(' \\\n  ')[0]).toBe('curl -X POST');
+  });
+
   it('keeps the content type to one header line', () => {
     const command = curlCommand(URL, {
       kind: 'file',
@@ -142,7 +134,7 @@ describe('curlCommand under JupyterHub', () => {
     expect(command.split('\n')[1]).toBe('curl -X POST \\');
   });
 
-  for (const shell of [['bash', '--norc', '--noprofile'], ['dash']]) {
+  for (const shell of SHELLS) {
     it(`runs in ${shell[0]} with the hub token from the environment`, () => {
       const cwd = mkdtempSync(join(tmpdir(), 'curl-hub-'));
       onTestFinished(() => rmSync(cwd, { recursive: true, force: true }));
@@ -176,7 +168,7 @@ describe('shellQuote', () => {
     expect(quoted).not.toMatch(/(?!\n)[\p{Cc}\p{Cf}]/u);
   });
 
-  for (const shell of [['bash', '--norc', '--noprofile'], ['dash']]) {
+  for (const shell of SHELLS) {
     it(`gives ${shell[0]} every adversarial file name as one word, running nothing`, () => {
       const cwd = mkdtempSync(join(tmpdir(), 'curl-quote-'));
       onTestFinished(() => rmSync(cwd, { recursive: true, force: true }));
