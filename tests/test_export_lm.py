@@ -28,6 +28,7 @@ from kserve_schema import validate_inference_service
 from lm_models import archive_lm, greedy, tiny_lm
 from mar_builder import build_handler_mar
 from route_models import serve_state, server_config
+from serve_process import ServeProcess
 
 from jupyter_serve.archive import ArchiveSpec, build_mar, inspect_archive
 from jupyter_serve.cli import main
@@ -268,3 +269,39 @@ async def test_jupyter_serve_serves_the_exported_archive_as_it_served_the_built_
         ])  # fmt: skip
     assert [reply.status_code for reply in replies] == [200, 200]
     assert replies[0].text == replies[1].text == greedy(tiny_lm, 12, prompt=PROMPT)
+
+
+async def test_the_export_serves_again_with_ts_config(
+    jp_serverapp: Any, live_server: ServerInfo, tiny_lm: Path, tmp_path: Path
+) -> None:
+    """`jupyter serve --ts-config` on the export serves the language model with the same
+    settings, on the OpenAI routes too, answering what the built-in handler answered."""
+    registry, store = serve_state(jp_serverapp)
+    archive_lm(tiny_lm, store, config="maxBatchDelay: 20\nresponseTimeout: 90\n")
+    await registry.register("tinylm.mar", RegisterParams(initial_workers=1))
+    [before] = registry.describe("tinylm")
+    dest = tmp_path / "out"
+    server = ["--url", live_server.url, "--token", live_server.token]
+    assert await asyncio.to_thread(main, ["export", str(dest), *server]) == 0
+
+    config = ["--ts-config", str(dest / "config/config.properties")]
+    back = ServeProcess(tmp_path / "back", args=[*config, "--model-store",
+                                                  str(dest / "model-store")])  # fmt: skip
+    messages = [{"role": "user", "content": "What is a tuple?"}]
+    body = {"model": "tinylm", "messages": messages, "max_tokens": 12, "temperature": 0}
+    try:
+        await asyncio.to_thread(back.start, models=1)
+        with back.client() as http:
+            [again] = http.get("models/tinylm").json()
+            listed = http.get("v1/models").json()
+            answer = await asyncio.to_thread(http.post, "v1/chat/completions", json=body)
+    finally:
+        back.kill()
+    for key in ("modelVersion", "batchSize", "maxBatchDelay", "responseTimeout", "minWorkers",
+                "maxWorkers", "continuousBatching"):  # fmt: skip
+        assert again[key] == before[key], key
+    assert again["continuousBatching"] is True
+    assert [model["id"] for model in listed["data"]] == ["tinylm", "tinylm/1.0"]
+    assert answer.status_code == 200, answer.text
+    content = answer.json()["choices"][0]["message"]["content"]
+    assert content == greedy(tiny_lm, 12, messages=messages)
