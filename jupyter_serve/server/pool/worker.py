@@ -4,8 +4,8 @@ The process itself (`<python> -m jupyter_serve.worker --fd N`, its socket, its
 output, signals and reaping) is a `process.WorkerProcess`; this class speaks the
 protocol over it and keeps the worker's state. `start()` has the server's
 `WorkerFactory` fork the process when it can (factory.py says when it cannot),
-else launches a fresh interpreter. Either way the `L` frame carries what
-differs per worker and must be in place before the handler is imported: the
+else launches a fresh interpreter. Either way the `L` frame (load_frame.py) carries
+what differs per worker and must be in place before the handler is imported: the
 model's `python_path` (`sys_path`), the environment a fresh process would have
 been launched with (`env`, as changes: none for a fresh one) and the torch
 thread count (`torch_threads`).
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
 import signal
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
@@ -33,10 +32,10 @@ from enum import Enum
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from jupyter_serve._version import __version__
 from jupyter_serve.server.pool.channel import ChunkCallback, Disconnected, StepCallback
 from jupyter_serve.server.pool.environment import env_changes, worker_environment
 from jupyter_serve.server.pool.errors import BatchFailed, WorkerDied, WorkerLoadError
+from jupyter_serve.server.pool.load_frame import UnexpectedAnswer, load_header, loaded_metrics
 from jupyter_serve.server.pool.logs import WorkerLog
 from jupyter_serve.server.pool.process import WorkerProcess
 from jupyter_serve.server.pool.stats import torchserve_time
@@ -189,7 +188,8 @@ class SubprocessWorker:
 
     async def _load(self, env: dict[str, str | None]) -> None:
         timeout = self.spec.startup_timeout
-        request = protocol.frame_parts(Kind.LOAD, self._load_header(env), ())
+        header = load_header(self.spec, self.gpu_id, env, self.torch_threads)
+        request = protocol.frame_parts(Kind.LOAD, header, ())
         try:
             reply = await asyncio.wait_for(self._exchange(request), timeout)
         except asyncio.TimeoutError:
@@ -204,38 +204,15 @@ class SubprocessWorker:
         self._check_loaded(reply)
         self.state = WorkerState.READY
 
-    def _load_header(self, env: dict[str, str | None]) -> dict[str, Any]:
-        spec = self.spec
-        return {
-            "model_name": spec.model_name,
-            "model_dir": os.path.abspath(spec.model_dir),  # workers start elsewhere
-            "handler": spec.handler,
-            "gpu_id": None if self.gpu_id is None else 0,  # CUDA_VISIBLE_DEVICES: its cuda:0
-            "batch_size": spec.batch_size,
-            "limit_max_image_pixels": spec.limit_max_image_pixels,
-            "server_version": __version__,
-            "model_yaml_config": spec.model_yaml_config,
-            "decode_input_request": spec.decode_input_request,
-            "envelope": spec.envelope,
-            "sys_path": [os.path.abspath(path) for path in spec.python_path],
-            "env": env,
-            "torch_threads": self.torch_threads,
-            "model_metrics": list(spec.model_metrics),
-        }
-
     def _check_loaded(self, reply: Frame) -> None:
-        header = reply.header
-        if reply.kind is Kind.ERROR:
-            self.state = WorkerState.DEAD
-            raise WorkerLoadError(
-                str(header.get("message") or "Worker failed to load the model"),
-                status_code=507 if header.get("status") == 507 else 500,
-                traceback=str(header.get("traceback") or ""),
-            )
-        if reply.kind is not Kind.RESULT or header.get("status") != 200:
+        try:
+            self.load_metrics = loaded_metrics(reply, self.id)
+        except UnexpectedAnswer:
             self.kill()
-            raise WorkerLoadError(f"Worker {self.id} answered the load request with {header!r}")
-        self.load_metrics = list(header.get("metrics") or [])
+            raise
+        except WorkerLoadError:
+            self.state = WorkerState.DEAD
+            raise
 
     def _exit_message(self, code: int | None) -> str:
         tail = self._process.tail if self._process is not None else ()
