@@ -79,7 +79,8 @@ class LLMPlan:
             return cls({}, 0, 8, 8, (1, 8), 1, 2, 1, 0.0)
         shape = {"vocab_size": 1024, "hidden_size": 256, "intermediate_size": 512, "layers": 4,
                  "heads": 4, "context": 512}  # fmt: skip
-        return cls(shape, 200, 64, 16, CONCURRENCIES, 2, 8, 2, 15.0)
+        # A point lasts seconds, not one: this machine's speed drifts within a second
+        return cls(shape, 200, 64, 16, CONCURRENCIES, 6, 16, 3, 15.0)
 
     def requests(self, concurrency: int) -> int:
         return max(self.min_requests, self.rounds * concurrency)
