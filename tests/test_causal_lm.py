@@ -90,6 +90,32 @@ def test_greedy_answers_are_generate_s_alone_and_beside_others(
     assert joined.text("chat") == greedy(tiny_lm, 9, messages=CHAT)
 
 
+def test_prompts_joining_at_once_prefill_cheapest_group_first(
+    worker: WorkerProcess, tiny_lm: Path
+) -> None:
+    """A short and a long prompt join together: apart they cost less (lm_prefill.py), and
+    the short one, cheaper, gets its first token a step before the long one; both still
+    answer what generate() answers."""
+    long_prompt = " ".join(["The list type is a mutable sequence of items."] * 6)
+    assert len(prompt_ids(tiny_lm, long_prompt)) > 40 > len(prompt_ids(tiny_lm, "x"))
+    stepper = Stepper(worker)
+    for request_id, prompt in (("long", long_prompt), ("short", "x")):
+        stepper.add(request_id, {"prompt": prompt, "max_new_tokens": 6, "details": True})
+
+    def tokens(request_id: str) -> int:
+        return int(json.loads(stepper.chunks[request_id][-1].body)["completion_tokens"])
+
+    stepper.step()
+    assert (tokens("short"), tokens("long")) == (1, 0)
+    assert json.loads(stepper.chunks["long"][0].body)["text"] == ""
+    stepper.step()
+    assert (tokens("short"), tokens("long")) == (2, 1)
+    stepper.run()
+    for request_id, prompt in (("long", long_prompt), ("short", "x")):
+        lines = [json.loads(result.body) for result in stepper.chunks[request_id]]
+        assert "".join(line["text"] for line in lines) == greedy(tiny_lm, 6, prompt=prompt)
+
+
 def test_a_seed_reproduces_a_sampled_answer_whatever_runs_beside_it(worker: WorkerProcess) -> None:
     sampled = {"prompt": PROMPT, "max_new_tokens": 10, "temperature": 1.0, "top_p": 0.9}
     alone = Stepper(worker)

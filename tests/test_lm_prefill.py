@@ -14,7 +14,7 @@ from lm_models import prompt_ids, tiny_lm
 from jupyter_serve.handlers import lm_prefill
 from jupyter_serve.handlers.lm_cache import layers_of
 from jupyter_serve.handlers.lm_generation import Generation, cache_keyword_of
-from jupyter_serve.handlers.lm_prefill import prefill_groups, prefill_together
+from jupyter_serve.handlers.lm_prefill import first_group, prefill_groups, prefill_together
 from jupyter_serve.wire.generation import GenerationRequest
 
 __all__ = ["tiny_lm"]
@@ -64,6 +64,17 @@ def test_a_group_never_exceeds_the_positions_bound(monkeypatch: pytest.MonkeyPat
     assert all(len(group) * max(group) <= 100 for group in groups)
     assert sum(map(len, groups)) == 7
     assert lengths(prefill_groups([Prompt(300)])) == [[300]]
+
+
+def test_the_first_group_is_the_cheapest_per_prompt() -> None:
+    def sized(*groups: tuple[int, ...]) -> list[list[Prompt]]:
+        return [[Prompt(n) for n in group] for group in groups]
+
+    assert first_group(sized((52, 43), (36, 34, 29), (20, 17, 14))) == 2
+    assert first_group(sized((300,), (10,))) == 1
+    # many prompts share a pass's fixed cost: (32 + 4 x 40) / 4 < (32 + 30) / 1
+    assert first_group(sized((30,), (40, 40, 40, 40))) == 1
+    assert first_group(sized((5,))) == 0
 
 
 def generation(folder: Path, prompt: str) -> Generation:

@@ -10,13 +10,14 @@ template...), packed as the archive's extra files:
 Requests are read by jupyter_serve/wire/generation.py (a prompt or chat messages,
 `max_new_tokens`, `temperature`, `top_p`, `seed`, `stop`). With continuous batching (on by
 default for this handler, server/models.py) each call is one step of every running
-request: a new request is tokenized (its chat template applied) and prefilled (beside the
-others that join with it, jupyter_serve/handlers/lm_prefill.py), a running one decodes one
-token against its own KV cache (jupyter_serve/handlers/lm_generation.py), the running ones
-in one forward pass (jupyter_serve/handlers/lm_batch.py), and each answers that step's text
-as one chunk; a request stays while its generation goes on (`context.stopping_criteria`).
-A request the server no longer sends (its client
-left) is forgotten at once. With `continuousBatching: false` a call runs its batch to the
+request: a new request is tokenized (its chat template applied) and prefilled (beside
+others that join with it, one group of similar prompts a step, the cheapest first:
+jupyter_serve/handlers/lm_prefill.py; one still waiting answers an empty chunk), a running
+one decodes one token against its own KV cache (jupyter_serve/handlers/lm_generation.py),
+the running ones in one forward pass (jupyter_serve/handlers/lm_batch.py), and each answers
+that step's text as one chunk; a request stays while its generation goes on
+(`context.stopping_criteria`). A request the server no longer sends (its client left) is
+forgotten at once. With `continuousBatching: false` a call runs its batch to the
 end, streaming each step (`send_intermediate_predict_response`).
 
 A chunk is the text as it is decoded (UTF-8; never half a character), or, for a request
@@ -42,7 +43,7 @@ import torch
 
 from jupyter_serve.handlers.lm_batch import DecodeBatch
 from jupyter_serve.handlers.lm_generation import Generation, cache_keyword_of
-from jupyter_serve.handlers.lm_prefill import prefill_groups, prefill_together
+from jupyter_serve.handlers.lm_prefill import first_group, prefill_groups, prefill_together
 from jupyter_serve.wire.generation import GenerationRequest, RequestError, read_request
 from jupyter_serve.worker.streaming import send_intermediate_predict_response
 
@@ -169,7 +170,13 @@ class CausalLM:
         if len(decoding) < 2:
             self.batch.release()  # a sequence stepping alone needs its own cache
         row_of = {id(g): idx for idx, g in generations.items() if idx not in decoding}
-        for group in prefill_groups([generations[idx] for idx in row_of.values()]):
+        groups = prefill_groups([generations[idx] for idx in row_of.values()])
+        if groups:  # one group a step: the cheapest first, the others the steps after
+            now = first_group(groups)
+            for waiting in groups[:now] + groups[now + 1 :]:
+                texts.update({row_of[id(generation)]: "" for generation in waiting})
+            groups = [groups[now]]
+        for group in groups:
             if len(group) == 1:
                 texts[row_of[id(group[0])]] = group[0].step(self.model, self.device,
                                                              self.cache_keyword)  # fmt: skip

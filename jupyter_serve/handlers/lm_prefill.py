@@ -12,9 +12,11 @@ Padding is compute spent on nothing, and each forward pass has a fixed cost too 
 model's Python overhead), so `prefill_groups` splits the prompts, sorted by length, into
 the groups that cost least in all: a group costs its padded positions (its size times its
 longest prompt) plus `FORWARD_COST` positions, and holds at most `MAX_GROUP_TOKENS`
-positions (a bound on one forward pass's activations). Like the decode batch, a prompt
-prefilled beside others gets the model's batched numbers: equal to its numbers alone up
-to float rounding.
+positions (a bound on one forward pass's activations). A step prefills one group,
+`first_group`, the one that costs least per prompt: the most requests get their first
+token soonest, and the others join at the steps after, beside the running requests. Like
+the decode batch, a prompt prefilled beside others gets the model's batched numbers:
+equal to its numbers alone up to float rounding.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import torch
 from jupyter_serve.handlers.lm_cache import layers_of
 from jupyter_serve.handlers.lm_generation import Generation
 
-__all__ = ["FORWARD_COST", "MAX_GROUP_TOKENS", "prefill_groups", "prefill_together"]
+__all__ = ["FORWARD_COST", "MAX_GROUP_TOKENS", "first_group", "prefill_groups", "prefill_together"]
 
 FORWARD_COST = 32  # positions' worth of compute a forward pass costs whatever its size
 MAX_GROUP_TOKENS = 8192
@@ -62,6 +64,18 @@ def prefill_groups(generations: Sequence[P]) -> list[list[P]]:
         groups.insert(0, ordered[cut[end] : end])
         end = cut[end]
     return groups
+
+
+def first_group(groups: Sequence[Sequence[P]]) -> int:
+    """Which of `groups` (not empty) to prefill first: the one that costs least per prompt,
+    so that the most requests get their first token soonest."""
+
+    def per_prompt(index: int) -> float:
+        group = groups[index]
+        longest = max(member.prompt_tokens for member in group)
+        return (FORWARD_COST + len(group) * longest) / len(group)
+
+    return min(range(len(groups)), key=per_prompt)
 
 
 def prefill_together(
