@@ -16,7 +16,7 @@ from lm_models import greedy, prompt_ids, tiny_lm
 from worker_harness import WorkerProcess, request, write_model
 
 from jupyter_serve.handlers.causal_lm import context_window, device_for
-from jupyter_serve.wire.protocol import InferenceRequest, InferenceResult, decode_results
+from jupyter_serve.wire.protocol import InferenceRequest, InferenceResult, Kind, decode_results
 
 __all__ = ["tiny_lm"]
 
@@ -45,6 +45,7 @@ class Stepper:
         self.running: list[str] = []
         self.new: list[InferenceRequest] = []
         self.chunks: dict[str, list[InferenceResult]] = {}
+        self.early: list[list[str]] = []  # per step: who got a chunk before its answer
 
     def add(self, request_id: str, body: dict[str, Any]) -> None:
         self.new.append(request(request_id, body))
@@ -55,7 +56,13 @@ class Stepper:
         batch = [InferenceRequest(rid, {}) for rid in self.running] + self.new
         self.running += [r.request_id for r in self.new]
         self.new = []
-        for result in self.worker.results(*batch):
+        streamed, reply = self.worker.streamed(*batch)  # a step may stream early chunks
+        self.early.append([result.request_id for chunk in streamed for result in chunk.results])
+        for chunk in streamed:
+            for result in chunk.results:
+                self.chunks[result.request_id].append(result)
+        assert reply.kind is Kind.RESULT, reply.header
+        for result in decode_results(reply):
             self.chunks[result.request_id].append(result)
             if result.headers.get("ts_stream_next") != "true":
                 self.running.remove(result.request_id)
@@ -114,6 +121,27 @@ def test_prompts_joining_at_once_prefill_cheapest_group_first(
     for request_id, prompt in (("long", long_prompt), ("short", "x")):
         lines = [json.loads(result.body) for result in stepper.chunks[request_id]]
         assert "".join(line["text"] for line in lines) == greedy(tiny_lm, 6, prompt=prompt)
+
+
+def test_a_joining_request_gets_its_first_token_before_the_running_ones_decode(
+    worker: WorkerProcess, tiny_lm: Path
+) -> None:
+    """Its prompt runs first; its first token is streamed at once (an intermediate
+    response), and the step's answer for it is empty: it does not wait for the decode."""
+    stepper = Stepper(worker)
+    stepper.add("running", {"prompt": "def main():", "max_new_tokens": 8})
+    stepper.step()
+    stepper.add("new", {"prompt": PROMPT, "max_new_tokens": 5})
+    stepper.step()
+    assert stepper.early == [[], ["new"]]
+    first, answered = stepper.chunks["new"]
+    assert first.body == greedy(tiny_lm, 1, prompt=PROMPT).encode()
+    assert answered.body == b""
+    assert answered.headers["ts_stream_next"] == "true"
+    stepper.run()
+    assert stepper.text("new") == greedy(tiny_lm, 5, prompt=PROMPT)
+    assert stepper.text("running") == greedy(tiny_lm, 8, prompt="def main():")
+    assert all(early == [] for early in stepper.early[2:])  # only a joining step
 
 
 def test_a_seed_reproduces_a_sampled_answer_whatever_runs_beside_it(worker: WorkerProcess) -> None:

@@ -136,11 +136,22 @@ class CausalLM:
                     continue
             criteria[idx] = partial(self._ends, request_id, generation.cache is None)
             stepping[idx] = generation
-        for idx, text in self.advance(stepping).items():
+        early = partial(self._send_early, stepping, ids, context)
+        for idx, text in self.advance(stepping, early).items():
             chunks[idx] = _chunk(stepping[idx], text)
             context.set_response_content_type(idx, _content_type(stepping[idx]))
         context.stopping_criteria = criteria
         return chunks
+
+    def _send_early(self, stepping: Mapping[int, Generation], ids: list[str], context: Any,
+                    texts: dict[int, str]) -> None:  # fmt: skip
+        """New requests' first texts, streamed before the running ones' decode pass: their
+        first token comes a pass sooner (TorchServe's intermediate response)."""
+        chunks = {idx: _chunk(stepping[idx], text) for idx, text in texts.items()}
+        for idx in chunks:
+            context.set_response_content_type(idx, _content_type(stepping[idx]))
+        going = {idx: ids[idx] for idx in chunks}
+        send_intermediate_predict_response(chunks, going, "Intermediate", 200, context)
 
     def whole(self, data: Sequence[Mapping[str, Any]], ids: list[str], context: Any) -> list[bytes]:
         """Every request of the batch to its end, each step streamed but the last."""
@@ -161,29 +172,21 @@ class CausalLM:
             going_ids = {idx: ids[idx] for idx, g in running.items() if g.finish_reason is None}
             send_intermediate_predict_response(chunks, going_ids, "Intermediate", 200, context)
 
-    def advance(self, generations: Mapping[int, Generation]) -> dict[int, str]:
+    def advance(
+        self, generations: Mapping[int, Generation],
+        early: Callable[[dict[int, str]], None] | None = None,
+    ) -> dict[int, str]:  # fmt: skip
         """One token of each generation, and the text it completes: new ones run their
         prompts (together when several join, lm_prefill.py), running ones decode together
-        (lm_batch.py) unless one runs alone."""
-        texts: dict[int, str] = {}
+        (lm_batch.py) unless one runs alone. `early` gets the new ones' first texts as soon
+        as their prompts ran, when running ones still decode (their texts are then "")."""
         decoding = {idx: g for idx, g in generations.items() if g.cache is not None}
         if len(decoding) < 2:
             self.batch.release()  # a sequence stepping alone needs its own cache
-        row_of = {id(g): idx for idx, g in generations.items() if idx not in decoding}
-        groups = prefill_groups([generations[idx] for idx in row_of.values()])
-        if groups:  # one group a step: the cheapest first, the others the steps after
-            now = first_group(groups)
-            for waiting in groups[:now] + groups[now + 1 :]:
-                texts.update({row_of[id(generation)]: "" for generation in waiting})
-            groups = [groups[now]]
-        for group in groups:
-            if len(group) == 1:
-                texts[row_of[id(group[0])]] = group[0].step(self.model, self.device,
-                                                             self.cache_keyword)  # fmt: skip
-                continue
-            logits = prefill_together(self.model, group, self.device, self.cache_keyword)
-            for row, generation in enumerate(group):
-                texts[row_of[id(generation)]] = generation.take(logits[row])
+        texts = self._prefill({idx: g for idx, g in generations.items() if idx not in decoding})
+        if early is not None and decoding and any(texts.values()):
+            early(texts)
+            texts = dict.fromkeys(texts, "")
         if len(decoding) == 1:
             ((idx, alone),) = decoding.items()
             texts[idx] = alone.step(self.model, self.device, self.cache_keyword)
@@ -192,6 +195,24 @@ class CausalLM:
                                        self.cache_keyword)  # fmt: skip
             for row, (idx, generation) in enumerate(decoding.items()):
                 texts[idx] = generation.take(logits[row])
+        return texts
+
+    def _prefill(self, new: Mapping[int, Generation]) -> dict[int, str]:
+        """The first token's text of the new generations of the group prefilled this step
+        (the cheapest, lm_prefill.py); "" for the others, which wait for a next step."""
+        row_of = {id(generation): idx for idx, generation in new.items()}
+        groups = prefill_groups(list(new.values()))
+        if not groups:
+            return {}
+        texts = dict.fromkeys(new, "")
+        group = groups[first_group(groups)]
+        if len(group) == 1:
+            texts[row_of[id(group[0])]] = group[0].step(self.model, self.device,
+                                                         self.cache_keyword)  # fmt: skip
+            return texts
+        logits = prefill_together(self.model, group, self.device, self.cache_keyword)
+        for row, generation in enumerate(group):
+            texts[row_of[id(generation)]] = generation.take(logits[row])
         return texts
 
     def start(self, row: Mapping[str, Any]) -> Generation:
