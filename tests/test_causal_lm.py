@@ -100,25 +100,34 @@ def test_greedy_answers_are_generate_s_alone_and_beside_others(
 def test_prompts_joining_at_once_prefill_cheapest_group_first(
     worker: WorkerProcess, tiny_lm: Path
 ) -> None:
-    """A short and a long prompt join together: apart they cost less (lm_prefill.py), and
-    the short one, cheaper, gets its first token a step before the long one; both still
-    answer what generate() answers."""
-    long_prompt = " ".join(["The list type is a mutable sequence of items."] * 6)
-    assert len(prompt_ids(tiny_lm, long_prompt)) > 40 > len(prompt_ids(tiny_lm, "x"))
+    """A short, a medium and a long prompt join together: apart they cost less
+    (lm_prefill.py), so each gets its first token a step after the cheaper one, streamed
+    early once others run; one still waiting gets nothing early. All answer generate()'s."""
+    sentence = "The list type is a mutable sequence of items."
+    prompts = {"long": " ".join([sentence] * 9), "medium": " ".join([sentence] * 3),
+               "short": "x"}  # fmt: skip
+    sizes = [len(prompt_ids(tiny_lm, prompt)) for prompt in prompts.values()]
+    assert sizes[0] > 120, sizes
+    assert 35 < sizes[1] < 50, sizes
+    assert sizes[2] < 4, sizes
     stepper = Stepper(worker)
-    for request_id, prompt in (("long", long_prompt), ("short", "x")):
+    for request_id, prompt in prompts.items():
         stepper.add(request_id, {"prompt": prompt, "max_new_tokens": 6, "details": True})
 
-    def tokens(request_id: str) -> int:
-        return int(json.loads(stepper.chunks[request_id][-1].body)["completion_tokens"])
+    def tokens() -> tuple[int, ...]:
+        return tuple(int(json.loads(stepper.chunks[rid][-1].body)["completion_tokens"])
+                     for rid in prompts)  # fmt: skip
 
     stepper.step()
-    assert (tokens("short"), tokens("long")) == (1, 0)
+    assert tokens() == (0, 0, 1)
     assert json.loads(stepper.chunks["long"][0].body)["text"] == ""
     stepper.step()
-    assert (tokens("short"), tokens("long")) == (2, 1)
+    assert tokens() == (0, 1, 2)
+    stepper.step()
+    assert tokens() == (1, 2, 3)
+    assert stepper.early == [[], ["medium"], ["long"]]  # none early for one still waiting
     stepper.run()
-    for request_id, prompt in (("long", long_prompt), ("short", "x")):
+    for request_id, prompt in prompts.items():
         lines = [json.loads(result.body) for result in stepper.chunks[request_id]]
         assert "".join(line["text"] for line in lines) == greedy(tiny_lm, 6, prompt=prompt)
 

@@ -147,7 +147,7 @@ class CausalLM:
                     texts: dict[int, str]) -> None:  # fmt: skip
         """New requests' first texts, streamed before the running ones' decode pass: their
         first token comes a pass sooner (TorchServe's intermediate response)."""
-        chunks = {idx: _chunk(stepping[idx], text) for idx, text in texts.items()}
+        chunks = {idx: _chunk(stepping[idx], text) for idx, text in texts.items() if text}
         for idx in chunks:
             context.set_response_content_type(idx, _content_type(stepping[idx]))
         going = {idx: ids[idx] for idx in chunks}
