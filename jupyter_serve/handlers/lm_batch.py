@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from jupyter_serve.handlers.lm_cache import GROW_MIN, GrowingLayer, growing_cache, layers_of
+from jupyter_serve.handlers.lm_cache import GrowingLayer, growing_cache, layers_of, with_room
 from jupyter_serve.handlers.lm_generation import Generation
 
 __all__ = ["DecodeBatch"]
@@ -81,7 +81,7 @@ def _stack(
     """One layer's keys and values of every sequence, left-padded to `longest` positions,
     in buffers with room to grow (jupyter_serve/handlers/lm_cache.py)."""
     first_keys, first_values = layer[0]
-    room = longest + max(GROW_MIN, longest // 2)
+    room = with_room(longest)
     keys = first_keys.new_zeros((len(layer), first_keys.shape[1], room, first_keys.shape[3]))
     values = first_values.new_zeros((len(layer), first_values.shape[1], room,
                                      first_values.shape[3]))  # fmt: skip

@@ -22,11 +22,24 @@ from typing import Any
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
-__all__ = ["GROW_MIN", "GrowingLayer", "Layers", "as_cache", "growing_cache", "layers_of"]
+__all__ = [
+    "GROW_MIN",
+    "GrowingLayer",
+    "Layers",
+    "as_cache",
+    "growing_cache",
+    "layers_of",
+    "with_room",
+]
 
 GROW_MIN = 64  # positions a buffer gains at least when it grows
 
 Layers = list[tuple[torch.Tensor, torch.Tensor]]
+
+
+def with_room(length: int) -> int:
+    """The positions a buffer holding `length` gets: half as many more, at least GROW_MIN."""
+    return length + max(GROW_MIN, length // 2)
 
 
 class GrowingLayer(DynamicLayer):  # type: ignore[no-untyped-call]  # untyped library
@@ -68,7 +81,7 @@ class GrowingLayer(DynamicLayer):  # type: ignore[no-untyped-call]  # untyped li
         start = keys.shape[-2]
         end = start + key_states.shape[-2]
         if not self._holds(keys, values) or self.buffers is None or end > self.buffers[0].shape[-2]:
-            self.hold(keys, values, end + max(GROW_MIN, end // 2))
+            self.hold(keys, values, with_room(end))
         assert self.buffers is not None
         key_buffer, value_buffer = self.buffers
         key_buffer[:, :, start:end].copy_(key_states)
