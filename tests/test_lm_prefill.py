@@ -98,7 +98,7 @@ def test_each_prompt_gets_its_logits_and_cache_as_if_it_ran_alone(tiny_lm: Path)
     logits = prefill_together(model, together, cpu, keyword)
     assert logits.shape == (len(PROMPTS), model.config.vocab_size)
     for row, (joint, single) in enumerate(zip(together, alone, strict=True)):
-        single.step(model, cpu, keyword)
+        single.prefill(model, cpu, keyword)
         with torch.inference_mode():
             reference = model(input_ids=torch.tensor([single.prompt_ids])).logits[0, -1]
         torch.testing.assert_close(logits[row], reference, rtol=1e-4, atol=1e-4)

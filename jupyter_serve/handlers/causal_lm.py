@@ -14,7 +14,8 @@ request: a new request is tokenized (its chat template applied) and prefilled (b
 others that join with it, one group of similar prompts a step, the cheapest first:
 jupyter_serve/handlers/lm_prefill.py; one still waiting answers an empty chunk), a running
 one decodes one token against its own KV cache (jupyter_serve/handlers/lm_generation.py),
-the running ones in one forward pass (jupyter_serve/handlers/lm_batch.py), and each answers
+the running ones in one decode pass (jupyter_serve/handlers/lm_batch.py; for a Llama model
+without its forward's per-call work, jupyter_serve/handlers/lm_decode.py), and each answers
 that step's text as one chunk; a request stays while its generation goes on
 (`context.stopping_criteria`). A request the server no longer sends (its client left) is
 forgotten at once. With `continuousBatching: false` a call runs its batch to the
@@ -42,6 +43,7 @@ from typing import Any
 import torch
 
 from jupyter_serve.handlers.lm_batch import DecodeBatch
+from jupyter_serve.handlers.lm_decode import decoder_for
 from jupyter_serve.handlers.lm_generation import Generation, cache_keyword_of
 from jupyter_serve.handlers.lm_prefill import first_group, prefill_groups, prefill_together
 from jupyter_serve.wire.generation import GenerationRequest, RequestError, read_request
@@ -97,6 +99,7 @@ class CausalLM:
         self.model = model.to(self.device).eval()
         self.window = context_window(self.model.config, self.tokenizer)
         self.cache_keyword = cache_keyword_of(self.model)
+        self.decoder = decoder_for(self.model, self.cache_keyword)
         self.max_prompt_chars = int(options.get("max_prompt_chars",
                                                 CHARS_PER_TOKEN_BOUND * self.window))  # fmt: skip
         self.end_ids = self._end_ids()
@@ -189,10 +192,9 @@ class CausalLM:
             texts = dict.fromkeys(texts, "")
         if len(decoding) == 1:
             ((idx, alone),) = decoding.items()
-            texts[idx] = alone.step(self.model, self.device, self.cache_keyword)
+            texts[idx] = alone.decode(self.decoder, self.device)
         if len(decoding) > 1:
-            logits = self.batch.decode(self.model, list(decoding.values()), self.device,
-                                       self.cache_keyword)  # fmt: skip
+            logits = self.batch.decode(self.decoder, list(decoding.values()), self.device)
             for row, (idx, generation) in enumerate(decoding.items()):
                 texts[idx] = generation.take(logits[row])
         return texts
@@ -207,8 +209,8 @@ class CausalLM:
         texts = dict.fromkeys(new, "")
         group = groups[first_group(groups)]
         if len(group) == 1:
-            texts[row_of[id(group[0])]] = group[0].step(self.model, self.device,
-                                                         self.cache_keyword)  # fmt: skip
+            texts[row_of[id(group[0])]] = group[0].prefill(self.model, self.device,
+                                                            self.cache_keyword)  # fmt: skip
             return texts
         logits = prefill_together(self.model, group, self.device, self.cache_keyword)
         for row, generation in enumerate(group):

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from jupyter_serve.handlers.lm_cache import GrowingLayer, growing_cache, layers_of, with_room
+from jupyter_serve.handlers.lm_decode import Decoder
 from jupyter_serve.handlers.lm_generation import Generation
 
 __all__ = ["DecodeBatch"]
@@ -34,10 +35,10 @@ class DecodeBatch:
         self.mask: torch.Tensor | None = None
 
     def decode(
-        self, model: Any, generations: Sequence[Generation], device: torch.device,
-        cache_keyword: str,
-    ) -> torch.Tensor:  # fmt: skip
-        """The next-token logits of each prefilled generation (one row each)."""
+        self, decoder: Decoder, generations: Sequence[Generation], device: torch.device
+    ) -> torch.Tensor:
+        """The next-token logits of each prefilled generation (one row each), from one
+        decode pass (jupyter_serve/handlers/lm_decode.py)."""
         if [id(g) for g in generations] != [id(g) for g in self.members]:
             self.release()
             self._lay_out(generations, device)
@@ -45,11 +46,8 @@ class DecodeBatch:
         mask = torch.cat([self.mask, self.mask.new_ones(len(generations), 1)], dim=1)
         inputs = torch.tensor([[g.generated[-1]] for g in generations], device=device)
         positions = torch.tensor([[g.cached] for g in generations], device=device)
-        with torch.inference_mode():
-            out = model(input_ids=inputs, attention_mask=mask, position_ids=positions,
-                        use_cache=True, **{cache_keyword: self.cache})  # fmt: skip
-        self.cache, self.mask = getattr(out, cache_keyword), mask
-        logits: torch.Tensor = out.logits[:, -1]
+        logits, self.cache = decoder(inputs, positions, mask, self.cache)
+        self.mask = mask
         return logits
 
     def release(self) -> None:

@@ -1,7 +1,7 @@
 """One request's generation in the `causal_lm` handler: its KV cache, its tokens, its text.
 
-A `Generation` advances one token per `step`: the first step runs the whole prompt
-(prefill) and each later one the last token against the request's own KV cache, so a
+A `Generation` advances one token per step: the first runs the whole prompt (`prefill`)
+and each later one the last token against the request's own KV cache (`decode`), so a
 request's numbers never depend on the other requests of the batch: at temperature 0 it
 answers exactly what greedy `generate()` answers for the same prompt. Sampling uses the
 request's own generator (seeded by `seed`, else at random): a seed reproduces the answer
@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from jupyter_serve.handlers.lm_cache import as_cache
+from jupyter_serve.handlers.lm_decode import Decoder
 from jupyter_serve.handlers.lm_text import Detokenizer, StopWatch
 from jupyter_serve.wire.generation import GenerationRequest
 
@@ -60,17 +61,23 @@ class Generation:
     def completion_tokens(self) -> int:
         return len(self.generated)
 
-    def step(self, model: Any, device: torch.device, cache_keyword: str) -> str:
-        """Run one forward pass of this request alone and take one token; the text it
-        completes. `cache_keyword` names the model's KV cache argument and output
-        (`cache_keyword_of`)."""
-        fresh = self.cache is None
-        ids = self.prompt_ids if fresh else self.generated[-1:]
+    def prefill(self, model: Any, device: torch.device, cache_keyword: str) -> str:
+        """Run the prompt alone through the model's forward (its KV cache made) and take
+        the first token; the text it completes. `cache_keyword` names the model's KV cache
+        argument and output (`cache_keyword_of`)."""
         with torch.inference_mode():
-            out = model(input_ids=torch.tensor([ids], device=device), use_cache=True,
-                        **{cache_keyword: as_cache(self.cache)})  # fmt: skip
+            out = model(input_ids=torch.tensor([self.prompt_ids], device=device), use_cache=True,
+                        **{cache_keyword: as_cache(None)})  # fmt: skip
         self.cache = getattr(out, cache_keyword)
         return self.take(out.logits[0, -1])
+
+    def decode(self, decoder: Decoder, device: torch.device) -> str:
+        """One decode pass of this request alone (jupyter_serve/handlers/lm_decode.py) and
+        its next token; the text it completes."""
+        last = torch.tensor([self.generated[-1:]], device=device)
+        position = torch.tensor([[self.cached]], device=device)
+        logits, self.cache = decoder(last, position, None, as_cache(self.cache))
+        return self.take(logits[0])
 
     @property
     def cached(self) -> int:
