@@ -25,7 +25,7 @@ from jupyter_serve.handlers.lm_decode import Decoder
 from jupyter_serve.handlers.lm_text import Detokenizer, StopWatch
 from jupyter_serve.wire.generation import GenerationRequest
 
-__all__ = ["Generation", "cache_keyword_of", "choose_token"]
+__all__ = ["Generation", "cache_keyword_of", "choose_token", "last_logits_only"]
 
 
 class Generation:
@@ -67,7 +67,7 @@ class Generation:
         argument and output (`cache_keyword_of`)."""
         with torch.inference_mode():
             out = model(input_ids=torch.tensor([self.prompt_ids], device=device), use_cache=True,
-                        **{cache_keyword: as_cache(None)})  # fmt: skip
+                        **{cache_keyword: as_cache(None)}, **last_logits_only(model))  # fmt: skip
         self.cache = getattr(out, cache_keyword)
         return self.take(out.logits[0, -1])
 
@@ -113,6 +113,13 @@ def cache_keyword_of(model: Any) -> str:
     `past_key_values` (before; deprecated since)."""
     parameters = inspect.signature(model.forward).parameters
     return "cache" if "cache" in parameters else "past_key_values"
+
+
+def last_logits_only(model: Any) -> dict[str, int]:
+    """`logits_to_keep=1` where the model's forward takes it (as `generate()` passes it): a
+    prompt's other positions' logits (a vocabulary each) are never read."""
+    parameters = inspect.signature(model.forward).parameters
+    return {"logits_to_keep": 1} if "logits_to_keep" in parameters else {}
 
 
 def choose_token(

@@ -21,14 +21,13 @@ equal to its numbers alone up to float rounding.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Sequence
 from typing import Any, Protocol, TypeVar
 
 import torch
 
 from jupyter_serve.handlers.lm_cache import layers_of
-from jupyter_serve.handlers.lm_generation import Generation
+from jupyter_serve.handlers.lm_generation import Generation, last_logits_only
 
 __all__ = ["FORWARD_COST", "MAX_GROUP_TOKENS", "first_group", "prefill_groups", "prefill_together"]
 
@@ -94,7 +93,7 @@ def prefill_together(
     with torch.inference_mode():
         out = model(input_ids=ids.to(device), attention_mask=mask.to(device),
                     position_ids=positions.to(device), use_cache=True,
-                    **_last_logits_only(model))  # fmt: skip
+                    **last_logits_only(model))  # fmt: skip
     layers = layers_of(getattr(out, cache_keyword))
     for row, (generation, length) in enumerate(zip(generations, lengths, strict=True)):
         rows, start = slice(row, row + 1), longest - length
@@ -102,10 +101,3 @@ def prefill_together(
                             for keys, values in layers]  # fmt: skip
     logits: torch.Tensor = out.logits[:, -1]
     return logits
-
-
-def _last_logits_only(model: Any) -> dict[str, int]:
-    """`logits_to_keep=1` where the model's forward takes it: the prompt's other positions'
-    logits (a vocabulary each) are never read."""
-    parameters = inspect.signature(model.forward).parameters
-    return {"logits_to_keep": 1} if "logits_to_keep" in parameters else {}
