@@ -12,11 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from lm_models import greedy, prompt_ids, tiny_lm
 from worker_harness import WorkerProcess, request, write_model
 
-from jupyter_serve.handlers.causal_lm import context_window, device_for
+from jupyter_serve.handlers.causal_lm import BURST_POSITIONS, CausalLM, context_window, device_for
 from jupyter_serve.wire.protocol import InferenceRequest, InferenceResult, Kind, decode_results
+from jupyter_serve.worker.context import Context
 
 __all__ = ["tiny_lm"]
 
@@ -256,3 +258,35 @@ def test_devices_and_windows_from_what_the_worker_is_given() -> None:
     assert str(device_for(0, cuda_available=True)) == "cuda:0"
     assert context_window(Config(), Tokenizer()) == 2048
     assert context_window(object(), Tokenizer()) == 1024
+
+
+def test_a_large_prefill_runs_on_the_burst_threads(tiny_lm: Path) -> None:
+    """A prompt group of at least BURST_POSITIONS positions runs on the context's
+    `torch_burst_threads`; decode passes and a small prompt on the steady threads, which
+    the handler gives back after the prefill."""
+    steady = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        handler = CausalLM()
+        context = Context("tinylm", str(tiny_lm), {}, 8, None, "", torch_burst_threads=2)
+        handler.initialize(context)
+        passes: list[tuple[int, int, int]] = []  # (rows, positions, threads) of each pass
+        handler.model.model.embed_tokens.register_forward_hook(
+            lambda _module, args, _out: passes.append((*args[0].shape, torch.get_num_threads()))
+        )
+        context.chunk_sink = lambda _chunk: None
+        long_prompt = {"body": {"prompt": "the quick brown fox " * 10, "max_new_tokens": 3}}
+        short_prompt = {"body": {"prompt": "hello there", "max_new_tokens": 2}}
+        batches: list[list[Any]] = [[long_prompt] * 4, [{}] * 4, [{}] * 4 + [short_prompt]]
+        for data in batches:
+            handler.handle(data, context.with_requests([f"r{i}" for i in range(len(data))],
+                                                       [{}] * len(data)))  # fmt: skip
+            assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(steady)
+    (rows, positions, threads), *others = passes
+    assert (rows, threads) == (4, 2)
+    assert rows * positions >= BURST_POSITIONS
+    assert others  # the decode passes and the small prompt's prefill
+    assert all(threads == 1 for _, _, threads in others)
+    assert any(rows == 1 and positions > 1 for rows, positions, _ in others)  # the short one

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +69,8 @@ THREADS = """
 import torch
 
 def handle(data, context):
-    return None if data is None else [str(torch.get_num_threads()) for _ in data]
+    burst = context.torch_burst_threads
+    return None if data is None else [f"{torch.get_num_threads()} {burst}" for _ in data]
 """
 
 
@@ -170,13 +172,16 @@ def test_a_waiting_request_joins_the_running_batch_when_a_place_frees(tmp_path: 
     assert [kind for kind, rid, _ in recorder.events if rid == "r2"] == ["chunk"] * 29 + ["done"]
 
 
+@pytest.mark.parametrize(("torch_threads", "seen"), [(None, b"2 3"), (1, b"1 1")])
 def test_its_worker_leaves_a_core_to_the_server(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, torch_threads: int | None, seen: bytes
 ) -> None:
     """On 3 cores a continuously batching model's one worker runs torch on 2: the server
-    streams each step while the worker computes the next (server/pool/cores.py)."""
+    streams each step while the worker computes the next (server/pool/cores.py). Its
+    handler may take all 3 for a short heavy pass (`torch_burst_threads`). A model's
+    `torchThreads` is both."""
     monkeypatch.setattr(cores, "available_cores", lambda: 3)
-    spec = continuous_spec(tmp_path / "steps")
+    spec = replace(continuous_spec(tmp_path / "steps"), torch_threads=torch_threads)
     (tmp_path / "steps" / "handler.py").write_text(THREADS)
 
     async def scenario() -> InferenceResult:
@@ -186,7 +191,7 @@ def test_its_worker_leaves_a_core_to_the_server(
         finally:
             await pool.stop()
 
-    assert run(scenario()).body == b"2"
+    assert run(scenario()).body == seen
 
 
 def test_a_departed_client_leaves_the_batch_at_a_next_step(tmp_path: Path) -> None:

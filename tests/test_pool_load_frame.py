@@ -26,6 +26,8 @@ def test_the_header_carries_what_the_worker_needs_before_the_handler(tmp_path: P
         {"A": "1", "B": None}, 2, 4,
     )  # fmt: skip
     assert header["model_yaml_config"] == {"handler": {"x": 1}}
+    assert header["torch_burst_threads"] == 2  # none given: its steady threads
+    assert load_header(spec, None, {}, 1, 3)["torch_burst_threads"] == 3
 
 
 def test_a_loaded_answer_gives_its_metrics() -> None:

@@ -12,7 +12,9 @@ Requests are read by jupyter_serve/wire/generation.py (a prompt or chat messages
 default for this handler, server/models.py) each call is one step of every running
 request: a new request is tokenized (its chat template applied) and prefilled (beside
 others that join with it, one group of similar prompts a step, the cheapest first:
-jupyter_serve/handlers/lm_prefill.py; one still waiting answers an empty chunk), a running
+jupyter_serve/handlers/lm_prefill.py; one still waiting answers an empty chunk; a group of
+at least `BURST_POSITIONS` padded positions runs on the worker's burst threads, its context's
+`torch_burst_threads`: jupyter_serve/server/pool/cores.py), a running
 one decodes one token against its own KV cache (jupyter_serve/handlers/lm_generation.py),
 the running ones in one decode pass (jupyter_serve/handlers/lm_batch.py; for a Llama model
 without its forward's per-call work, jupyter_serve/handlers/lm_decode.py), and each answers
@@ -36,7 +38,8 @@ per token of the context window).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
@@ -49,10 +52,11 @@ from jupyter_serve.handlers.lm_prefill import first_group, prefill_groups, prefi
 from jupyter_serve.wire.generation import GenerationRequest, RequestError, read_request
 from jupyter_serve.worker.streaming import send_intermediate_predict_response
 
-__all__ = ["CausalLM", "context_window", "device_for"]
+__all__ = ["CausalLM", "context_window", "device_for", "torch_threads"]
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 CHARS_PER_TOKEN_BOUND = 64
+BURST_POSITIONS = 128  # a prefill this large (padded) runs on the worker's burst threads
 TEXT_TYPE = "text/plain; charset=utf-8"
 DETAILS_TYPE = "application/x-ndjson"
 
@@ -104,6 +108,7 @@ class CausalLM:
                                                 CHARS_PER_TOKEN_BOUND * self.window))  # fmt: skip
         self.end_ids = self._end_ids()
         self.continuous = config.get("continuousBatching", True) is not False
+        self.burst_threads = getattr(context, "torch_burst_threads", None)  # None: TorchServe
         self.initialized = True
 
     def _end_ids(self) -> frozenset[int]:
@@ -208,11 +213,13 @@ class CausalLM:
             return {}
         texts = dict.fromkeys(new, "")
         group = groups[first_group(groups)]
-        if len(group) == 1:
-            texts[row_of[id(group[0])]] = group[0].prefill(self.model, self.device,
-                                                            self.cache_keyword)  # fmt: skip
-            return texts
-        logits = prefill_together(self.model, group, self.device, self.cache_keyword)
+        heavy = len(group) * max(g.prompt_tokens for g in group) >= BURST_POSITIONS
+        with torch_threads(self.burst_threads if heavy else None):
+            if len(group) == 1:
+                texts[row_of[id(group[0])]] = group[0].prefill(self.model, self.device,
+                                                                self.cache_keyword)  # fmt: skip
+                return texts
+            logits = prefill_together(self.model, group, self.device, self.cache_keyword)
         for row, generation in enumerate(group):
             texts[row_of[id(generation)]] = generation.take(logits[row])
         return texts
@@ -264,6 +271,20 @@ class CausalLM:
             return False
         del self.generations[request_id]
         return None if first else True
+
+
+@contextmanager
+def torch_threads(count: int | None) -> Iterator[None]:
+    """torch's threads raised to `count` for the block, then back (never lowered)."""
+    steady = torch.get_num_threads()
+    if not count or count <= steady:
+        yield
+        return
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(steady)
 
 
 def _plain(_item: Any) -> None:

@@ -19,7 +19,8 @@ Kinds (letters as TorchServe's, for familiarity)::
     ----  ---------------  ---------------------------------------------------------
     L     server -> worker LoadRequest: model_name, model_dir, handler, gpu_id,
                            batch_size, limit_max_image_pixels, server_version,
-                           sys_path, env, torch_threads (worker.service.LoadSpec)
+                           sys_path, env, torch_threads, torch_burst_threads
+                           (worker.service.LoadSpec)
     I     server -> worker {"requests": [WireRequest...], "command": "predict"|"describe"|
                            "steps"|"join"|"leave"|"end"}
                            WireRequest: request_id, headers {str: str},

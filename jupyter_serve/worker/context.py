@@ -111,6 +111,7 @@ class Context:
         limit_max_image_pixels: bool = True,
         metrics: MetricsCache | None = None,
         model_yaml_config: Mapping[str, Any] | None = None,
+        torch_burst_threads: int | None = None,
     ) -> None:
         self.model_name = model_name
         self.manifest = dict(manifest)
@@ -122,6 +123,9 @@ class Context:
             "server_version": mms_version,
             "limit_max_image_pixels": limit_max_image_pixels,
         }
+        # jupyter_serve's own: the threads for a short heavy pass (server/pool/cores.py);
+        # an attribute, so that system_properties stay exactly TorchServe's
+        self.torch_burst_threads = torch_burst_threads
         self.request_ids: dict[int, str] = {}
         self._request_processor: list[RequestProcessor] = []
         self.metrics = metrics if metrics is not None else MetricsCache(model_name)

@@ -6,7 +6,7 @@ inherited connection. The `L` header (all keys but `model_dir` optional)::
 
     model_name, model_dir, handler ("" -> the manifest's), gpu_id, batch_size,
     limit_max_image_pixels, server_version, model_yaml_config,
-    decode_input_request, sys_path, env, torch_threads, model_metrics
+    decode_input_request, sys_path, env, torch_threads, torch_burst_threads, model_metrics
 
 `model_metrics` are the `model_metrics` declarations of the server's metrics_config
 (`{"name", "unit", "dimensions", "type"}` each), which `context.metrics` holds
@@ -15,6 +15,8 @@ before the handler is imported, as TorchServe's worker does.
 `sys_path`, `env` and `torch_threads` are what a worker launched for this
 model would have got at launch; they are applied before the handler is
 imported (see `warm`), which is what lets a worker forked from the factory serve it.
+`torch_burst_threads` is what the handler may take for a short heavy pass (its context's
+`torch_burst_threads`; jupyter_serve/server/pool/cores.py).
 
 A loaded model answers ``R {"status": 200, "message": "loaded", "pid", "metrics"}``
 (`metrics`: what the handler's `initialize` emitted); a failed
@@ -96,6 +98,7 @@ class LoadSpec:
     sys_path: tuple[str, ...] = ()
     env: dict[str, str | None] = field(default_factory=dict)
     torch_threads: int | None = None
+    torch_burst_threads: int | None = None  # for a short heavy pass (server/pool/cores.py)
     envelope: str = ""  # config.properties' service_envelope
     model_metrics: tuple[dict[str, Any], ...] = ()
 
@@ -116,6 +119,7 @@ class LoadSpec:
                 sys_path=tuple(str(entry) for entry in header.get("sys_path") or ()),
                 env=_env(header.get("env") or {}),
                 torch_threads=int(header.get("torch_threads") or 0) or None,
+                torch_burst_threads=int(header.get("torch_burst_threads") or 0) or None,
                 envelope=str(header.get("envelope") or ""),
                 model_metrics=tuple(dict(item) for item in header.get("model_metrics") or ()),
             )
@@ -153,6 +157,7 @@ class LoadedModel:
             limit_max_image_pixels=spec.limit_max_image_pixels,
             metrics=self.metrics,
             model_yaml_config=spec.model_yaml_config,
+            torch_burst_threads=spec.torch_burst_threads,
         )
 
     @property

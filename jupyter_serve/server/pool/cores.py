@@ -12,6 +12,12 @@ streams the last one, so they run at the same moment, step after step. An OpenMP
 holds every core then loses a thread to the server at each step, and the others wait for
 it at the next barrier; the server's own loop (the user's kernels, files, terminals) waits
 for a core as well.
+
+A short heavy pass is another matter: a prompt's prefill is compute-bound and is what the
+requests of a burst are waiting for, the server's core meanwhile mostly idle. A worker
+also gets its share of every core without the reserve (`cpu_threads_per_worker` without
+`streaming`), as `torch_burst_threads` of its handler's context; the `causal_lm` handler
+runs a large enough prefill on them (jupyter_serve/handlers/causal_lm.py).
 """
 
 from __future__ import annotations

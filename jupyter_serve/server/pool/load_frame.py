@@ -3,7 +3,8 @@
 `load_header` is everything a worker needs before it imports the handler: the model
 version (jupyter_serve/server/models.py's `ModelSpec`), its GPU as the worker sees it, the
 environment changes and sys.path entries a fresh process would have been launched with,
-and its torch threads. `loaded_metrics` reads the answer: `R(200)` gives the metrics the
+and its torch threads (steady, and for a short heavy pass: server/pool/cores.py).
+`loaded_metrics` reads the answer: `R(200)` gives the metrics the
 handler's `initialize` emitted; an `E` frame (the handler failed, 507 for out of memory)
 or any other answer is a `WorkerLoadError`.
 """
@@ -28,8 +29,9 @@ class UnexpectedAnswer(WorkerLoadError):
 
 
 def load_header(
-    spec: ModelSpec, gpu_id: int | None, env: dict[str, str | None], torch_threads: int | None
-) -> dict[str, Any]:
+    spec: ModelSpec, gpu_id: int | None, env: dict[str, str | None], torch_threads: int | None,
+    burst_threads: int | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """The `L` frame's header (module docstring)."""
     return {
         "model_name": spec.model_name,
@@ -45,6 +47,7 @@ def load_header(
         "sys_path": [os.path.abspath(path) for path in spec.python_path],
         "env": env,
         "torch_threads": torch_threads,
+        "torch_burst_threads": burst_threads or torch_threads,
         "model_metrics": list(spec.model_metrics),
     }
 

@@ -271,6 +271,7 @@ class WorkerPool:
             env=devices.worker_env(slot.gpu_id, gpus=self._visible),
             torch_threads=self.spec.torch_threads
             or cpu_threads_per_worker(len(self._slots), streaming=self.spec.continuous_batching),
+            burst_threads=self.spec.torch_threads or cpu_threads_per_worker(len(self._slots)),
             on_exit=lambda exited: self._worker_exited(slot, exited),
             factory=self._factory,
             withhold=self._withhold,

@@ -86,6 +86,8 @@ class SubprocessWorker:
         env: extra environment (devices.worker_env) over the server's.
         on_exit: called once with this worker when its process has exited.
         torch_threads: torch threads of the worker (default `spec.torch_threads`).
+        burst_threads: the threads its handler may take for a short heavy pass (a
+            prompt's prefill) when the server's core is free (server/pool/cores.py).
         factory: the server's worker factory, asked to fork the process first.
         withhold: more variables kept from the worker (environment.withheld).
     """
@@ -100,11 +102,13 @@ class SubprocessWorker:
         env: Mapping[str, str] | None = None,
         on_exit: Callable[[SubprocessWorker], None] | None = None,
         torch_threads: int | None = None,
+        burst_threads: int | None = None,
         factory: WorkerFactory | None = None,
         withhold: Sequence[str] = (),
     ) -> None:
         self.spec = spec
         self.torch_threads = torch_threads or spec.torch_threads
+        self.burst_threads = burst_threads or self.torch_threads
         self.id = next_worker_id()
         self.gpu_id = gpu_id
         self.state = WorkerState.STARTING
@@ -188,7 +192,7 @@ class SubprocessWorker:
 
     async def _load(self, env: dict[str, str | None]) -> None:
         timeout = self.spec.startup_timeout
-        header = load_header(self.spec, self.gpu_id, env, self.torch_threads)
+        header = load_header(self.spec, self.gpu_id, env, self.torch_threads, self.burst_threads)
         request = protocol.frame_parts(Kind.LOAD, header, ())
         try:
             reply = await asyncio.wait_for(self._exchange(request), timeout)
