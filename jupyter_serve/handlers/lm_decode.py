@@ -65,10 +65,12 @@ class LlamaDecoder:
 
     def __init__(self, model: Any) -> None:
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
+        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
         self.model = model
         self.body = model.model
         self.attention = sdpa_attention_forward
+        self.rotate = apply_rotary_pos_emb
 
     @classmethod
     def of(cls, model: Any) -> LlamaDecoder | None:
@@ -102,13 +104,11 @@ class LlamaDecoder:
         allowed: torch.Tensor | None, cache: Any, index: int,
     ) -> torch.Tensor:  # fmt: skip
         """A layer's self-attention (transformers' LlamaAttention.forward, step by step)."""
-        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
-
         shape = (*hidden.shape[:-1], -1, attention.head_dim)
         query = _linear(attention.q_proj, hidden).view(shape).transpose(1, 2)
         key = _linear(attention.k_proj, hidden).view(shape).transpose(1, 2)
         value = _linear(attention.v_proj, hidden).view(shape).transpose(1, 2)
-        query, key = apply_rotary_pos_emb(query, key, *rotary)
+        query, key = self.rotate(query, key, *rotary)
         keys, values = cache.update(key, value, index)
         out, _ = self.attention(attention, query, keys, values, allowed, dropout=0.0,
                                 scaling=attention.scaling)  # fmt: skip
