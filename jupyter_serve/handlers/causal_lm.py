@@ -48,7 +48,12 @@ import torch
 from jupyter_serve.handlers.lm_batch import DecodeBatch
 from jupyter_serve.handlers.lm_decode import decoder_for
 from jupyter_serve.handlers.lm_generation import Generation, cache_keyword_of
-from jupyter_serve.handlers.lm_prefill import first_group, prefill_groups, prefill_together
+from jupyter_serve.handlers.lm_prefill import (
+    first_group,
+    padded_positions,
+    prefill_groups,
+    prefill_together,
+)
 from jupyter_serve.wire.generation import GenerationRequest, RequestError, read_request
 from jupyter_serve.worker.streaming import send_intermediate_predict_response
 
@@ -213,7 +218,7 @@ class CausalLM:
             return {}
         texts = dict.fromkeys(new, "")
         group = groups[first_group(groups)]
-        heavy = len(group) * max(g.prompt_tokens for g in group) >= BURST_POSITIONS
+        heavy = padded_positions(group) >= BURST_POSITIONS
         with torch_threads(self.burst_threads if heavy else None):
             if len(group) == 1:
                 texts[row_of[id(group[0])]] = group[0].prefill(self.model, self.device,

@@ -29,7 +29,14 @@ import torch
 from jupyter_serve.handlers.lm_cache import layers_of
 from jupyter_serve.handlers.lm_generation import Generation, last_logits_only
 
-__all__ = ["FORWARD_COST", "MAX_GROUP_TOKENS", "first_group", "prefill_groups", "prefill_together"]
+__all__ = [
+    "FORWARD_COST",
+    "MAX_GROUP_TOKENS",
+    "first_group",
+    "padded_positions",
+    "prefill_groups",
+    "prefill_together",
+]
 
 FORWARD_COST = 32  # positions' worth of compute a forward pass costs whatever its size
 MAX_GROUP_TOKENS = 8192
@@ -65,14 +72,18 @@ def prefill_groups(generations: Sequence[P]) -> list[list[P]]:
     return groups
 
 
+def padded_positions(group: Sequence[Prompted]) -> int:
+    """The positions a group's forward pass runs: its size times its longest prompt."""
+    return len(group) * max(member.prompt_tokens for member in group)
+
+
 def first_group(groups: Sequence[Sequence[P]]) -> int:
     """Which of `groups` (not empty) to prefill first: the one that costs least per prompt,
     so that the most requests get their first token soonest."""
 
     def per_prompt(index: int) -> float:
         group = groups[index]
-        longest = max(member.prompt_tokens for member in group)
-        return (FORWARD_COST + len(group) * longest) / len(group)
+        return (FORWARD_COST + padded_positions(group)) / len(group)
 
     return min(range(len(groups)), key=per_prompt)
 
