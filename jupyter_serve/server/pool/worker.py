@@ -108,7 +108,7 @@ class SubprocessWorker:
     ) -> None:
         self.spec = spec
         self.torch_threads = torch_threads or spec.torch_threads
-        self.burst_threads = burst_threads or self.torch_threads
+        self.burst_threads = burst_threads  # None: its torch_threads (load_frame.py)
         self.id = next_worker_id()
         self.gpu_id = gpu_id
         self.state = WorkerState.STARTING
