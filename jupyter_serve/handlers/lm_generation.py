@@ -16,6 +16,7 @@ from __future__ import annotations
 import inspect
 import secrets
 from collections.abc import Sequence
+from functools import cache
 from typing import Any
 
 import torch
@@ -111,15 +112,20 @@ class Generation:
 def cache_keyword_of(model: Any) -> str:
     """What the model's forward calls its KV cache: `cache` (transformers 5.24 on) or
     `past_key_values` (before; deprecated since)."""
-    parameters = inspect.signature(model.forward).parameters
-    return "cache" if "cache" in parameters else "past_key_values"
+    return "cache" if _forward_takes(model.__class__, "cache") else "past_key_values"
 
 
 def last_logits_only(model: Any) -> dict[str, int]:
     """`logits_to_keep=1` where the model's forward takes it (as `generate()` passes it): a
     prompt's other positions' logits (a vocabulary each) are never read."""
-    parameters = inspect.signature(model.forward).parameters
-    return {"logits_to_keep": 1} if "logits_to_keep" in parameters else {}
+    return {"logits_to_keep": 1} if _forward_takes(model.__class__, "logits_to_keep") else {}
+
+
+@cache
+def _forward_takes(model_class: Any, parameter: str) -> bool:
+    """Whether a model class's forward has `parameter`: read once per class, not at every
+    prompt (reading a signature through transformers' decorators costs tens of µs)."""
+    return parameter in inspect.signature(model_class.forward).parameters
 
 
 def choose_token(
