@@ -19,6 +19,7 @@ from typing import Any
 import psutil
 import pytest
 from factory_harness import Fleet, ask, gone, run, spec_maker, threads_of
+from lm_models import tiny_lm
 
 from jupyter_serve.server.models import ModelSpec
 from jupyter_serve.server.pool import WorkerFactory
@@ -26,6 +27,8 @@ from jupyter_serve.server.pool.factory import FactoryState
 from jupyter_serve.server.pool.process import worker_command
 
 pytest.importorskip("torch")
+
+__all__ = ["tiny_lm"]
 
 
 @pytest.fixture
@@ -200,3 +203,45 @@ def test_another_python_or_dependencies_shadowing_its_imports_start_fresh(
     assert seen["other_command"] == worker_command(str(kernel_python))
     assert (seen["shadowing"], seen["said"]) == (False, True)
     assert seen["plain"] is True
+
+
+def test_language_model_workers_share_transformers_imported_once_by_the_factory(
+    make_spec: Callable[..., ModelSpec], tiny_lm: Path, tmp_path: Path
+) -> None:
+    pytest.importorskip("transformers")
+    own_deps = tmp_path / "own-deps"
+    own_deps.mkdir()  # a model with dependencies of its own: they might hold transformers
+    deps = tmp_path / "deps"
+    (deps / "transformers").mkdir(parents=True)  # its own transformers: the factory's is held
+    (deps / "transformers" / "__init__.py").write_text("")
+
+    def lm_spec(name: str, *python_path: Path) -> ModelSpec:
+        folder = str(tiny_lm)
+        return make_spec(name, handler="causal_lm", model_dir=folder, python_path=python_path)
+
+    async def main() -> dict[str, Any]:
+        async with Fleet() as fleet:
+            factory = fleet.factory
+            lm_with_deps = fleet.pool(lm_spec("lm-deps", own_deps))
+            assert (await lm_with_deps.scale(1)).ok
+            held_before = factory.modules
+            lm = fleet.pool(lm_spec("lm"))
+            assert (await lm.scale(2)).ok
+            held_after = factory.modules
+            shadowing = fleet.pool(make_spec("shadowing", python_path=(str(deps),)))
+            assert (await shadowing.scale(1)).ok
+            pools = (lm_with_deps, lm, shadowing)
+            logs = shadowing.recent_logs()
+            return {
+                "held": ("transformers" in held_before, "transformers" in held_after),
+                "forked": [worker.forked for pool in pools for worker in pool.processes],
+                "said": any(
+                    "python_path holds" in line and "transformers" in line for line in logs
+                ),
+                "factory_threads": threads_of(factory.pid or 0),
+            }
+
+    seen = run(main())
+    assert seen["held"] == (False, True)  # imported for the model without dependencies only
+    assert seen["forked"] == [True, True, True, False]
+    assert (seen["said"], seen["factory_threads"]) == (True, 1)

@@ -88,6 +88,20 @@ def handle(data, context):
 """
 
 
+# Says whether transformers' model code was imported before its module was.
+LM_PROBE = """
+import sys
+
+WARM = "transformers.modeling_utils" in sys.modules
+
+
+def handle(data, context):
+    if data is None:
+        return None
+    return [{"warm": WARM}]
+"""
+
+
 class FactoryProcess:
     """One factory process and the test's end of its control socket."""
 
@@ -126,16 +140,19 @@ class FactoryProcess:
             self.next_frame()
         return self.exits.pop(pid)
 
-    def fork(self, request_id: int = 1) -> ForkedWorker:
+    def fork(self, request_id: int = 1, handler: str | None = None) -> ForkedWorker:
         ours, theirs = socket.socketpair()
         out_read, out_write = os.pipe()
-        message = encode(Frame(Kind.FORK, {"id": request_id}))
+        named = {} if handler is None else {"handler": handler}
+        message = encode(Frame(Kind.FORK, {"id": request_id, **named}))
         socket.send_fds(self.control, [message], [theirs.fileno(), out_write, out_write])
         theirs.close()
         os.close(out_write)
         answer = self.answer_to(request_id)
         assert answer.kind is Kind.RESULT, answer.header
-        return ForkedWorker(answer.header["pid"], ours, os.fdopen(out_read, "rb"))
+        worker = ForkedWorker(answer.header["pid"], ours, os.fdopen(out_read, "rb"))
+        worker.answer = answer.header
+        return worker
 
     def errors(self) -> str:
         self.stderr.seek(0)
@@ -156,6 +173,7 @@ class ForkedWorker(WorkerConnection):
 
     def __init__(self, pid: int, sock: socket.socket, output: IO[bytes]) -> None:
         self.pid, self.sock, self.output = pid, sock, output
+        self.answer: dict[str, object] = {}  # the factory's answer to its fork request
         sock.settimeout(SAFETY_TIMEOUT)
 
     def send(self, frame: Frame) -> None:
@@ -240,6 +258,29 @@ def test_forked_workers_run_torch_on_several_intra_op_threads_side_by_side(
     assert threads_of(factory.process.pid) == 1  # and never in the factory
     for worker in workers:
         worker.close()
+
+
+def test_the_first_fork_for_a_language_model_imports_transformers_for_it_and_later_workers(
+    factory: FactoryProcess, tmp_path: Path
+) -> None:
+    pytest.importorskip("transformers")
+    assert "transformers" not in factory.next_frame().header["modules"]
+    folder = write_model(tmp_path / "probe", {"probe.py": LM_PROBE})
+    other = factory.fork(1, handler="handler.py")  # not a handler with modules to import
+    first = factory.fork(2, handler="causal_lm")
+    second = factory.fork(3, handler="causal_lm")
+    assert "modules" not in other.answer
+    held = first.answer["modules"]
+    assert isinstance(held, list)
+    assert {"torch", "transformers", "tokenizers"} <= set(held)
+    assert "modules" not in second.answer  # imported once, by the first
+    assert threads_of(factory.process.pid) == 1  # the import's thread pool stopped too
+    warm = []
+    for worker in (other, first, second):
+        assert worker.load(folder, "probe").kind is Kind.RESULT
+        warm += [answer["warm"] for answer in worker.json_bodies(request())]
+        worker.close()
+    assert warm == [False, True, True]  # forked before the import, then after it
 
 
 def test_killed_workers_are_reaped_and_reported_with_the_signal(factory: FactoryProcess) -> None:

@@ -18,16 +18,20 @@ factory, and the library pages only the import used are handed back to the kerne
 
     R {"status": 200, "message": "factory", "pid", "modules", "threads"}
 
-The server forks from it only when `threads` is 1. Each `F {"id"}` packet brings
-three descriptors: the worker's end of its socket and the write ends of its
-stdout and stderr pipes. The factory forks; the child starts its own session,
+The server forks from it only when `threads` is 1. Each `F {"id", "handler"}` packet
+brings three descriptors: the worker's end of its socket and the write ends of its
+stdout and stderr pipes. `handler` (optional) names the worker's handler: on the
+first fork for a handler of `warm.HANDLER_MODULES`, the factory imports that
+handler's modules and settles as after its warm-up (`settle`), so that this worker
+and every later one share them. The factory forks; the child starts its own session,
 puts the pipes on fds 1 and 2, reseeds numpy's global generator (a fresh
 interpreter seeds its own) and runs `__main__.run`, exactly what ``python -m
 jupyter_serve.worker --fd N`` runs: it waits for its `L` frame, which carries its
 environment, `sys.path` entries and torch threads (`warm.apply_settings`). The
-factory answers `R {"id", "pid"}` (`E {"id", ...}` if the fork failed), reaps its
-children and reports each exit as `R {"exited": pid, "code"}`. EOF on the control
-socket ends the factory once its workers have exited (their sockets close too).
+factory answers `R {"id", "pid"}`, with `"modules"` (all it holds now) after a
+handler's import (`E {"id", ...}` if the fork failed), reaps its children and
+reports each exit as `R {"exited": pid, "code"}`. EOF on the control socket ends the
+factory once its workers have exited (their sockets close too).
 """
 
 from __future__ import annotations
@@ -63,17 +67,22 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     control = socket.socket(fileno=args.fd)
     modules = warm.warm_up()
-    gc.collect()
-    gc.freeze()  # a forked worker's collections then leave the factory's objects (and pages) alone
-    release_file_pages()  # the import-time library pages: workers fault in what they use
-    if thread_count() > 1:
-        _quiesce()
+    settle()
     hello = {"status": 200, "message": "factory", "pid": os.getpid()}
     try:
         send(control, Frame(Kind.RESULT, {**hello, "modules": modules, "threads": thread_count()}))
     except OSError:
         return 0  # the server hung up while we warmed up: nobody to fork for
     return Factory(control).serve()
+
+
+def settle() -> None:
+    """After an import: leave what it made to the workers to share, and no thread running."""
+    gc.collect()
+    gc.freeze()  # a forked worker's collections then leave the factory's objects (and pages) alone
+    release_file_pages()  # the import-time library pages: workers fault in what they use
+    if thread_count() > 1:
+        _quiesce()
 
 
 def thread_count() -> int:
@@ -123,6 +132,7 @@ class Factory:
 
     def __init__(self, control: socket.socket) -> None:
         self.control = control
+        self.warmed: set[str] = set()  # handlers whose modules were imported (`_warm_for`)
         self.wake_read, self.wake_write = os.pipe()
         for fd in (self.wake_read, self.wake_write):
             os.set_blocking(fd, False)
@@ -161,6 +171,9 @@ class Factory:
             _close(fds)
             self._answer_error(request, f"Expected F with {FDS_PER_FORK} descriptors")
             return None
+        answer: dict[str, object] = {"id": request}
+        if self._warm_for(frame.header.get("handler")):
+            answer["modules"] = warm.imported_packages()
         if (threads := thread_count()) > 1:  # never fork a thread's locks into a worker
             _close(fds)
             self._answer_error(request, f"The factory runs {threads} threads: not forking")
@@ -176,8 +189,19 @@ class Factory:
         if pid == 0:
             return self._become_worker(fds)
         _close(fds)
-        self._tell(Frame(Kind.RESULT, {"id": request, "pid": pid}))
+        self._tell(Frame(Kind.RESULT, {**answer, "pid": pid}))
         return None
+
+    def _warm_for(self, handler: object) -> bool:
+        """Import what `handler` needs (`warm.HANDLER_MODULES`) on its first fork; True if
+        that imported anything."""
+        if not isinstance(handler, str) or handler in self.warmed:
+            return False
+        self.warmed.add(handler)
+        if not warm.warm_up_handler(handler):
+            return False
+        settle()
+        return True
 
     def _answer_error(self, request: object, message: str) -> None:
         self._tell(Frame(Kind.ERROR, {"id": request, "status": 500, "message": message}))

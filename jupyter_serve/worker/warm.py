@@ -5,6 +5,12 @@ built-in handler runtime with `warm_up()` before it forks any worker, and tells
 the server which top-level packages it now holds (`imported_packages`: a
 model's own dependencies could no longer replace them in a forked worker).
 
+A built-in handler whose load imports much more than that (`causal_lm`: transformers'
+model and generation code, most of a language model worker's own memory and start)
+has its modules in `HANDLER_MODULES`: the factory imports them with
+`warm_up_handler` when it first forks a worker for that handler, and the workers
+forked after that share them.
+
 `apply_settings` then makes a forked worker the worker a fresh launch would
 have been, before the handler module is imported: the `L` frame's `sys_path`
 entries go where `PYTHONPATH` would have put them (right after this package's
@@ -27,18 +33,46 @@ from collections.abc import Mapping, Sequence
 
 from jupyter_serve._paths import PACKAGE_ROOT
 
-__all__ = ["WARM_MODULES", "apply_settings", "imported_packages", "set_torch_threads", "warm_up"]
+__all__ = [
+    "HANDLER_MODULES",
+    "WARM_MODULES",
+    "apply_settings",
+    "imported_packages",
+    "set_torch_threads",
+    "warm_up",
+    "warm_up_handler",
+]
 
 # torch, the default handlers' base and the worker's own loop (`__main__.run`).
 WARM_MODULES = ("torch", "jupyter_serve.handlers.base", "jupyter_serve.worker.__main__")
 
+# What a built-in handler's load imports beyond WARM_MODULES, by handler name.
+HANDLER_MODULES: dict[str, tuple[str, ...]] = {
+    "causal_lm": (
+        "jupyter_serve.handlers.causal_lm",
+        "transformers.modeling_utils",
+        "transformers.generation.utils",
+    ),
+}
+
 
 def warm_up() -> list[str]:
     """Import what most handlers need; the top-level packages imported now."""
-    for name in WARM_MODULES:
-        with contextlib.suppress(ImportError):
-            importlib.import_module(name)
+    _import_all(WARM_MODULES)
     return imported_packages()
+
+
+def warm_up_handler(handler: str) -> bool:
+    """Import `HANDLER_MODULES[handler]`; False when there is nothing (more) to import."""
+    names = [name for name in HANDLER_MODULES.get(handler, ()) if name not in sys.modules]
+    _import_all(names)
+    return bool(names)
+
+
+def _import_all(names: Sequence[str]) -> None:
+    for name in names:
+        with contextlib.suppress(ImportError):  # not installed: the worker will say so
+            importlib.import_module(name)
 
 
 def imported_packages() -> list[str]:

@@ -4,7 +4,11 @@ A fresh worker spends most of its start in `import torch` (bench/register_timing
 compares forked and fresh starts) and holds its own copy of torch's memory. The factory
 (``python -m jupyter_serve.worker.factory``, see jupyter_serve.worker.factory)
 imports torch and the handler runtime once and forks every new worker from
-there: the worker starts in milliseconds and shares torch's pages with it.
+there: the worker starts in milliseconds and shares torch's pages with it. A fork
+request names the worker's handler; for a built-in one that imports much more
+(`causal_lm`: transformers), the factory imports that too on its first such fork,
+and answers with the packages it now holds (`modules`), which later models' own
+dependencies may then no longer shadow.
 
 One factory per server, started on the first `fork()` (some model starting a
 worker), which waits for it to be ready. `fork()` returns None, and the worker
@@ -121,9 +125,19 @@ class WorkerFactory:
     # ---- forking -------------------------------------------------------------
 
     async def fork(
-        self, command: Sequence[str], python_path: Sequence[str], log: WorkerLog, label: str
+        self,
+        command: Sequence[str],
+        python_path: Sequence[str],
+        log: WorkerLog,
+        label: str,
+        handler: str = "",
     ) -> WorkerProcess | None:
-        """A worker forked for `command` and `python_path`, or None: start it fresh."""
+        """A worker forked for `command` and `python_path`, or None: start it fresh.
+
+        `handler` (the model's handler string) lets the factory first import what a
+        built-in handler needs (jupyter_serve/worker/warm.py), for a model without
+        dependencies of its own: theirs might hold another copy of those packages.
+        """
         if list(command) != self.command or self.state is FactoryState.UNUSABLE:
             return None
         if self.state is FactoryState.IDLE:
@@ -135,9 +149,9 @@ class WorkerFactory:
         if clash:
             log.emit(label, f"Starting fresh: the model's python_path holds {', '.join(clash)}")
             return None
-        return await self._ask(log, label)
+        return await self._ask(log, label, "" if python_path else handler)
 
-    async def _ask(self, log: WorkerLog, label: str) -> WorkerProcess | None:
+    async def _ask(self, log: WorkerLog, label: str, handler: str) -> WorkerProcess | None:
         parent, child = worker_socketpair()
         out_read, out_write = os.pipe()
         err_read, err_write = os.pipe()
@@ -146,7 +160,7 @@ class WorkerFactory:
         process: WorkerProcess | None = None
         try:
             try:
-                pid = await self._request([child.fileno(), out_write, err_write])
+                pid = await self._request([child.fileno(), out_write, err_write], handler)
             finally:
                 child.close()
                 _close([out_write, err_write])
@@ -182,7 +196,7 @@ class WorkerFactory:
             forked.orphaned()  # its factory died meanwhile: nobody will report its exit
         return forked
 
-    async def _request(self, fds: list[int]) -> int | None:
+    async def _request(self, fds: list[int], handler: str) -> int | None:
         """Send one fork request; the new worker's pid, or None if the factory failed."""
         control = self._control
         if control is None:
@@ -193,7 +207,8 @@ class WorkerFactory:
         self.pending += 1
         self._notify()
         try:
-            socket.send_fds(control, [protocol.encode(Frame(Kind.FORK, {"id": request}))], fds)
+            header = {"id": request, "handler": handler} if handler else {"id": request}
+            socket.send_fds(control, [protocol.encode(Frame(Kind.FORK, header))], fds)
             return await asyncio.wait_for(asyncio.shield(answer), self._fork_timeout)
         except asyncio.TimeoutError:
             self._note(f"No fork within {self._fork_timeout:g} s: killing the factory")
@@ -296,13 +311,18 @@ class WorkerFactory:
             self._notify()
             self._close_control()  # it exits at EOF; `_wait_exit` reaps it
             return
-        modules = header.get("modules")
-        self.modules = frozenset(map(str, modules)) if isinstance(modules, list) else frozenset()
+        self._hold(header.get("modules"))
         self.state, self._restarts = FactoryState.READY, 0
         self._note(f"Worker factory ready, pid {self.pid}")
         self._notify()
 
+    def _hold(self, modules: object) -> None:
+        """The factory's `modules`, from its hello or after it imported a handler's."""
+        self.modules = frozenset(map(str, modules)) if isinstance(modules, list) else frozenset()
+
     def _answer(self, header: dict[str, object], kind: Kind) -> None:
+        if "modules" in header:
+            self._hold(header["modules"])
         answer = self._answers.get(int(str(header["id"])))
         pid = header.get("pid") if kind is Kind.RESULT else None
         if not isinstance(pid, int):

@@ -167,7 +167,10 @@ class SubprocessWorker:
     async def _fork(self) -> WorkerProcess | None:
         if self._factory is None:
             return None
-        return await self._factory.fork(self._command, self.spec.python_path, self._log, self.id)
+        spec = self.spec
+        return await self._factory.fork(
+            self._command, spec.python_path, self._log, self.id, spec.handler
+        )
 
     async def _launch(self, env: dict[str, str]) -> WorkerProcess:
         args = ["--torch-threads", str(self.torch_threads)] if self.torch_threads else []
