@@ -245,3 +245,17 @@ def test_language_model_workers_share_transformers_imported_once_by_the_factory(
     assert seen["held"] == (False, True)  # imported for the model without dependencies only
     assert seen["forked"] == [True, True, True, False]
     assert (seen["said"], seen["factory_threads"]) == (True, 1)
+
+
+def test_the_first_fork_of_a_language_model_may_import_for_longer_than_the_fork_timeout(
+    make_spec: Callable[..., ModelSpec], tiny_lm: Path
+) -> None:
+    pytest.importorskip("transformers")  # importing it takes seconds, not a fifth of one
+
+    async def main() -> tuple[bool, int]:
+        async with Fleet(fork_timeout=0.2) as fleet:
+            lm = fleet.pool(make_spec("lm", handler="causal_lm", model_dir=str(tiny_lm)))
+            assert (await lm.scale(1)).ok
+            return lm.processes[0].forked, fleet.factory.starts
+
+    assert run(main()) == (True, 1)  # neither killed as hung nor started fresh

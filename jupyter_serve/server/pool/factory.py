@@ -18,7 +18,9 @@ starts fresh, when the factory cannot serve it:
 * its model's `python_path` (per-model dependencies, jupyter_serve.server.deps) holds a
   package the factory has already imported (its own torch, numpy, ...);
 * the factory is dead: it is restarted with `backoff` meanwhile;
-* it did not answer within `fork_timeout` (it is then killed and restarted);
+* it did not answer within `fork_timeout` (it is then killed and restarted), or
+  `IMPORT_TIMEOUT` for its first fork of a handler, which may import that handler's
+  modules first;
 * it is not single-threaded after its warm-up (a fork could then deadlock), or
   this system has no fork server support (Linux only): then never again.
 
@@ -60,6 +62,7 @@ __all__ = ["FactoryState", "WorkerFactory", "shadowed"]
 
 FACTORY_LOG = "factory"  # its lines read "[factory/<pid>] ..."
 _MAX_PACKET = 64 * 1024
+IMPORT_TIMEOUT = 120.0  # seconds: a fork that may first import a handler's modules
 
 
 class FactoryState(Enum):
@@ -114,6 +117,7 @@ class WorkerFactory:
         self._exits: dict[int, asyncio.Future[int]] = {}  # forked pid -> its exit code
         self._children: dict[int, ForkedChild] = {}
         self._ids = itertools.count(1)
+        self._named: set[str] = set()  # handlers the running factory was asked to fork for
         self._changed = asyncio.Event()
 
     async def wait_until(self, predicate: Callable[[WorkerFactory], bool]) -> None:
@@ -208,10 +212,11 @@ class WorkerFactory:
         self._notify()
         try:
             header = {"id": request, "handler": handler} if handler else {"id": request}
+            timeout = self._timeout_for(handler)
             socket.send_fds(control, [protocol.encode(Frame(Kind.FORK, header))], fds)
-            return await asyncio.wait_for(asyncio.shield(answer), self._fork_timeout)
+            return await asyncio.wait_for(asyncio.shield(answer), timeout)
         except asyncio.TimeoutError:
-            self._note(f"No fork within {self._fork_timeout:g} s: killing the factory")
+            self._note(f"No fork within {timeout:g} s: killing the factory")
             self.kill()
             return None
         except OSError as exc:  # the factory's socket is gone: it died
@@ -221,6 +226,13 @@ class WorkerFactory:
             self._answers.pop(request, None)
             self.pending -= 1
             self._notify()
+
+    def _timeout_for(self, handler: str) -> float:
+        """`fork_timeout`, or `IMPORT_TIMEOUT` for the first fork naming `handler`."""
+        if not handler or handler in self._named:
+            return self._fork_timeout
+        self._named.add(handler)
+        return max(self._fork_timeout, IMPORT_TIMEOUT)
 
     def _forget(self, child: ForkedChild) -> None:
         child.close()
@@ -233,6 +245,7 @@ class WorkerFactory:
         self.state = FactoryState.STARTING
         self._notify()
         self.env = worker_environment(withhold=self._withhold)
+        self._named.clear()
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             process = await asyncio.create_subprocess_exec(
