@@ -224,6 +224,47 @@ def test_refusals_are_400s_with_openai_s_param_and_code(worker: WorkerProcess) -
     assert "ts_stream_next" not in results["fine"].headers  # one token: a plain answer
 
 
+def test_an_empty_prompt_is_a_400_and_its_batch_goes_on(
+    worker: WorkerProcess, tiny_lm: Path
+) -> None:
+    """Empty prompts join a running batch beside a new request: each is refused alone
+    (TorchServe's error JSON, OpenAI's param), the others answer what generate() does."""
+    stepper = Stepper(worker)
+    stepper.add("running", {"prompt": "def main():", "max_new_tokens": 8})
+    stepper.step()
+    stepper.add("empty", {"prompt": "", "max_new_tokens": 4})
+    stepper.add("joined", {"prompt": PROMPT, "max_new_tokens": 5})
+    stepper.add("listed", {"prompt": [""], "details": True})
+    stepper.new.append(request("text", b"", "text/plain"))  # a plain-text body: the prompt
+    stepper.chunks["text"] = []
+    stepper.run()
+    for request_id in ("empty", "listed", "text"):
+        [refused] = stepper.chunks[request_id]
+        error = json.loads(refused.body)
+        assert (refused.status, error["code"], error["type"]) == (400, 400, "InvalidRequest")
+        assert (error["param"], error["error_code"]) == ("prompt", None)
+        assert "empty" in error["message"]
+    assert stepper.text("joined") == greedy(tiny_lm, 5, prompt=PROMPT)
+    assert stepper.text("running") == greedy(tiny_lm, 8, prompt="def main():")
+
+
+def test_chat_messages_that_make_no_token_are_refused(tiny_lm: Path) -> None:
+    """A chat template that renders the messages to nothing: refused like an empty prompt
+    (and the other request of the call still runs)."""
+    handler = CausalLM()
+    context = Context("tinylm", str(tiny_lm), {}, 8, None, "")
+    handler.initialize(context)
+    handler.tokenizer.chat_template = "{% for message in messages %}{{ message['content'] }}" \
+        "{% endfor %}"  # fmt: skip
+    empty = {"body": {"messages": [{"role": "user", "content": ""}]}}
+    fine = {"body": {"prompt": PROMPT, "max_new_tokens": 1}}
+    chunks = handler.handle([empty, fine], context.with_requests(["e", "f"], [{}, {}]))
+    assert context.get_response_status(0)[0] == 400
+    assert json.loads(chunks[0])["param"] == "messages"
+    assert (context.get_response_status(1)[0], chunks[1]) == \
+        (200, greedy(tiny_lm, 1, prompt=PROMPT).encode())  # fmt: skip
+
+
 def test_without_continuous_batching_a_call_streams_its_batch_to_the_end(
     tiny_lm: Path, tmp_path: Path
 ) -> None:

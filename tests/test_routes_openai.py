@@ -169,6 +169,27 @@ async def test_a_prompt_past_the_context_window_is_a_400(
     assert "maximum context length is 512 tokens" in refused.value.message
 
 
+async def test_an_empty_prompt_is_a_400_not_a_server_error(
+    jp_fetch: Any, jp_serverapp: Any, tiny_lm: Path, client_for: Any
+) -> None:
+    """No token to continue from: the worker refuses it (it alone knows the token count),
+    as OpenAI's 400 on its routes and TorchServe's error JSON on predictions."""
+    await serve_lm(jp_serverapp, tiny_lm)
+    async with client_for() as client:
+        for prompt, stream in (("", False), ([""], False), ("", True)):
+            with pytest.raises(openai.BadRequestError) as refused:
+                await client.completions.create(model="tinylm", prompt=prompt, max_tokens=4,
+                                                stream=stream)  # fmt: skip
+            assert refused.value.body == {
+                "message": "The prompt is empty: the model needs at least one token to continue.",
+                "type": "invalid_request_error", "param": "prompt", "code": None,
+            }  # fmt: skip
+    answer = await jp_fetch("serve", "predictions", "tinylm", method="POST", raise_error=False,
+                            body=json.dumps({"prompt": ""}), headers=dict(JSON))  # fmt: skip
+    assert answer.code == 400
+    assert json.loads(answer.body)["type"] == "InvalidRequest"
+
+
 BAD = [
     ({"model": "tinylm", "prompt": "a", "n": 2}, 400, "n"),
     ({"model": "tinylm", "messages": [{"role": "wizard", "content": "a"}]}, 400,

@@ -28,7 +28,9 @@ with `"details": true` (the OpenAI routes), a JSON object
 `{"text", "finish_reason", "prompt_tokens", "completion_tokens"}` on a line of its own
 (`application/x-ndjson`). A request the handler
 refuses (bad fields, a prompt past the context window) gets a 400 with TorchServe's error
-JSON plus OpenAI's `param` and `error_code`.
+JSON plus OpenAI's `param` and `error_code`; so does an empty prompt (one that
+tokenizes to nothing: a tokenizer that adds a BOS token makes "" a one-token prompt),
+which the other requests of its batch never notice.
 
 `handler:` options in model-config.yaml: `dtype` ("float32", "bfloat16", "float16"),
 `max_prompt_chars` (longer prompts are refused before tokenizing, default 64 characters
@@ -233,6 +235,8 @@ class CausalLM:
         """A new request's generation, its prompt tokenized and checked against the window."""
         request = read_request(row)
         prompt_ids = self.prompt_ids(request)
+        if not prompt_ids:
+            raise _empty(request)
         room = self.window - len(prompt_ids)
         wanted = request.max_new_tokens
         if room < 1 or (wanted is not None and wanted > room):
@@ -299,6 +303,16 @@ def _plain(_item: Any) -> None:
 def _too_long(where: str, window: int) -> RequestError:
     return RequestError(f"This model's maximum context length is {window} tokens; the "
                         f"{where} is far longer.", where, "context_length_exceeded")  # fmt: skip
+
+
+def _empty(request: GenerationRequest) -> RequestError:
+    """An empty prompt (or chat messages that render to no token): a client's mistake,
+    refused before anything runs, as no model continues from nothing."""
+    if request.messages is not None:
+        return RequestError("The messages make an empty prompt (no token): the model needs "
+                            "at least one token to continue.", "messages")  # fmt: skip
+    return RequestError("The prompt is empty: the model needs at least one token to "
+                        "continue.", "prompt")  # fmt: skip
 
 
 def _chunk(generation: Generation, text: str) -> bytes:
