@@ -52,6 +52,7 @@ def test_bf16_is_the_top_half_of_fp32() -> None:
     raw = halves.astype(np.uint16).tobytes()
     assert decode_elements("BF16", raw) == [1.5, -2.0, 0.25]
     assert (element_count("BF16", raw), read_elements("BF16", raw, 1, 2)) == (3, [-2.0, 0.25])
+    assert encode_elements("BF16", [1.5, -2.0, 0.25]) == raw  # a bfloat16 output's values
 
 
 def test_bytes_elements_match_tritonclients_serialization() -> None:

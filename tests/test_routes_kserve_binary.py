@@ -162,3 +162,58 @@ async def test_tritonclient_model_version_reaches_that_version(
     result = await asyncio.to_thread(infer, client_args, inputs, model_version="2.0")
     assert result.get_response()["model_version"] == "2.0"
     assert result.as_numpy("i").tolist() == [6]
+
+
+ARRAYS = """
+import numpy as np
+import torch
+
+
+def handle(data, context):
+    if not data:
+        return None
+    out = []
+    for row in data:
+        name, value = row.get("name", "torch"), row.get("data", row.get("body"))
+        if name == "np-bool":
+            out.append(~np.asarray(value))
+        elif name == "np-scalar":
+            out.append(np.float32(value[0]))
+        elif name == "np":
+            out.append(np.asarray(value) * 2)
+        elif name == "bf16":
+            out.append(torch.as_tensor(value, dtype=torch.bfloat16) * 2)
+        else:
+            out.append(torch.as_tensor(value) * 2)
+    return out
+"""
+
+
+async def test_array_outputs_keep_their_values_shape_and_datatype(
+    jp_fetch: Fetch, jp_serverapp: Any, client_args: dict[str, Any]
+) -> None:
+    """What a model's forward returns (torch tensors, numpy arrays) comes back as numbers:
+    v2 output tensors of the array's shape and dtype, v1 predictions as nested lists."""
+    await register(jp_serverapp, name="doubler", source=ARRAYS)
+    square = np.array([[1.5, 2.0], [3.0, -4.25]], dtype=np.float32)
+    inputs = [
+        tensor("torch", square, "FP32"),
+        tensor("np", np.array([[1, 2, 3]], dtype=np.int64), "INT64"),
+        tensor("np-bool", np.array([True, False]), "BOOL", binary=False),
+        tensor("bf16", np.array([1.5, -3.0], dtype=np.float32), "FP32"),
+        tensor("np-scalar", np.array([7.5], dtype=np.float32), "FP32"),
+    ]
+    result = await asyncio.to_thread(infer, client_args, inputs)
+    kinds = {out["name"]: (out["datatype"], out["shape"])
+             for out in result.get_response()["outputs"]}  # fmt: skip
+    assert kinds == {"torch": ("FP32", [2, 2]), "np": ("INT64", [1, 3]),
+                     "np-bool": ("BOOL", [2]), "bf16": ("BF16", [2]),
+                     "np-scalar": ("FP32", [])}  # fmt: skip
+    assert result.as_numpy("torch").tolist() == (square * 2).tolist()
+    assert result.as_numpy("np").tolist() == [[2, 4, 6]]
+    assert result.as_numpy("np-bool").tolist() == [False, True]
+    assert result.as_numpy("bf16").astype(np.float32).tolist() == [3.0, -6.0]
+    assert result.as_numpy("np-scalar").tolist() == 7.5
+    v1 = await jp_fetch("serve", "v1", "models", "doubler:predict", method="POST",
+                        body=json.dumps({"instances": [[1, 2], [[0.5]]]}))  # fmt: skip
+    assert json.loads(v1.body) == {"predictions": [[2, 4], [[1.0]]]}

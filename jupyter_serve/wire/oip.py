@@ -196,6 +196,11 @@ def encode_elements(datatype: str, values: list[Any]) -> bytes:
     if datatype == "BYTES":
         items = [v if isinstance(v, bytes) else str(v).encode() for v in values]
         return b"".join(struct.pack("<I", len(item)) + item for item in items)
+    if datatype == "BF16":  # the top half of each little-endian FP32 (a bfloat16's value)
+        wide = encode_elements("FP32", values)
+        halves = bytearray(len(wide) // 2)
+        halves[0::2], halves[1::2] = wide[2::4], wide[3::4]
+        return bytes(halves)
     code = ELEMENT_FORMATS[datatype]
     try:
         return b"".join(

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from jupyter_serve.wire.errors import BadRequest, ServeError
 from jupyter_serve.wire.oip import BINARY_HEADER, BINARY_TYPE, DEFAULT_MAX_TENSOR_ELEMENTS
@@ -45,6 +45,7 @@ from jupyter_serve.worker.kserve_codec import (
     v2_answer,
     v2_items,
 )
+from jupyter_serve.worker.kserve_outputs import TENSOR_HEADER
 
 __all__ = ["Forwarded", "expand"]
 
@@ -163,12 +164,12 @@ def _answer(entry: Opened, results: Sequence[InferenceResult]) -> InferenceResul
     if entry.items is None or entry.settings is None:
         return results[0]  # a body that was no envelope: the handler's answer as it is
     failed = next((result for result in results if not 200 <= result.status < 300), None)
-    if failed is not None:
-        return failed
+    if failed is not None:  # as the handler answered it (our own header left out)
+        headers = {k: v for k, v in failed.headers.items() if k != TENSOR_HEADER}
+        return replace(failed, headers=headers)
     request_id = results[0].request_id if results else ""
-    bodies = [result.body for result in results]
     try:
-        return _envelope_answer(entry, entry.items, entry.settings, bodies, request_id)
+        return _envelope_answer(entry, entry.items, entry.settings, results, request_id)
     except ServeError as error:
         return error_result(request_id, error)
     except Exception as exc:  # an output no answer can carry: this request's 500 alone
@@ -177,12 +178,18 @@ def _answer(entry: Opened, results: Sequence[InferenceResult]) -> InferenceResul
 
 
 def _envelope_answer(
-    entry: Opened, items: Items, settings: Settings, bodies: list[bytes], request_id: str
+    entry: Opened,
+    items: Items,
+    settings: Settings,
+    results: Sequence[InferenceResult],
+    request_id: str,
 ) -> InferenceResult:
+    bodies = [result.body for result in results]
     if settings.protocol == "v1":
         key = "explanations" if entry.explain else "predictions"
         return InferenceResult(request_id, 200, v1_answer(bodies, key), JSON_TYPE)
-    body, header_length = v2_answer(bodies, items, settings.model, request_id)
+    kinds = [result.headers.get(TENSOR_HEADER) for result in results]
+    body, header_length = v2_answer(bodies, items, settings.model, request_id, kinds)
     if header_length is None:
         return InferenceResult(request_id, 200, body, JSON_TYPE)
     return InferenceResult(request_id, 200, body, BINARY_TYPE,

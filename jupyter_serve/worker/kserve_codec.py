@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from jupyter_serve.wire.errors import BadRequest, queue_full
@@ -146,18 +147,24 @@ def v1_answer(bodies: list[bytes], key: str) -> bytes:
 
 
 def v2_answer(
-    bodies: list[bytes], items: Items, model: tuple[str, str], request_id: str
+    bodies: list[bytes],
+    items: Items,
+    model: tuple[str, str],
+    request_id: str,
+    kinds: Sequence[str | None] | None = None,
 ) -> tuple[bytes, int | None]:
     """The v2 answer of `model` (name, version) to `items`' request: the body, and its JSON
-    header's length when some outputs go binary (as the request asked)."""
+    header's length when some outputs go binary (as the request asked). `kinds`: each
+    output's `[datatype, shape]` JSON when it was an array (`worker/kserve_outputs.py`)."""
     request = items.request
+    kinds = kinds or [None] * len(bodies)
     response = {
         "id": str(request.get("id") or "").strip() or request_id,
         "model_name": model[0],
         "model_version": model[1],
         "outputs": [
-            _v2_output(name, output_value(body))
-            for name, body in zip(items.names, bodies, strict=True)
+            _v2_output(name, output_value(body), kind)
+            for name, body, kind in zip(items.names, bodies, kinds, strict=True)
         ],
     }
     try:
@@ -167,9 +174,14 @@ def v2_answer(
     return (torchserve_json(response), None) if header_length is None else (body, header_length)
 
 
-def _v2_output(name: str, value: Any) -> dict[str, Any]:
-    kind, data = typed_data(flatten(value))
-    return {"name": name, "shape": [len(data)], "datatype": kind, "data": data}
+def _v2_output(name: str, value: Any, kind: str | None) -> dict[str, Any]:
+    """An output tensor: an array's own datatype and shape (`kind`), else the flattened
+    values with the datatype they imply, as TorchServe's `kservev2` envelope answers."""
+    if kind is not None:
+        datatype, shape = json.loads(kind)
+        return {"name": name, "shape": shape, "datatype": datatype, "data": flatten(value)}
+    datatype, data = typed_data(flatten(value))
+    return {"name": name, "shape": [len(data)], "datatype": datatype, "data": data}
 
 
 def output_value(body: bytes) -> Any:

@@ -68,6 +68,7 @@ from jupyter_serve.worker.failures import (
 )
 from jupyter_serve.worker.inputs import BatchInput, build_batch
 from jupyter_serve.worker.kserve import expand
+from jupyter_serve.worker.kserve_outputs import array_outputs
 from jupyter_serve.worker.loader import (
     DEFAULT_BUILTIN_PACKAGE,
     HandleFunction,
@@ -296,7 +297,8 @@ def _handle(
     unstreamed: frozenset[str] = frozenset(),
 ) -> tuple[list[InferenceResult], float]:
     """The handler's results for the batch's accepted requests, and its time in ms; what it
-    streams to the requests of `unstreamed` (KServe envelopes: one answer each) is dropped."""
+    streams to the requests of `unstreamed` (KServe envelopes: one answer each) is dropped,
+    and their array outputs become tensors (`kserve_outputs`)."""
     context.with_requests(batch.request_ids, batch.headers)
     if send_frame is not None:
         context.chunk_sink = partial(_send_chunk, send_frame, unstreamed)
@@ -305,6 +307,7 @@ def _handle(
     try:
         outputs = handle(batch.data, context)
         predict_ms = (time.perf_counter() - started) * 1000
+        outputs = array_outputs(outputs, context, unstreamed)  # KServe rows' arrays as tensors
         return build_results(outputs, context), predict_ms
     finally:
         context.chunk_sink = None  # a handler thread outliving the batch must not stream

@@ -13,7 +13,8 @@ without a setting:
 * v2 `{"id"?, "inputs": [{name, shape, datatype, data}, ...]}`: each input is one
   row (its data reshaped to `shape`; BYTES inputs pass `data[0]`). The answer is
   `{"id", "model_name", "model_version", "outputs"}`, each output flattened with its
-  input's name, as TorchServe's `kservev2` envelope does. The binary tensor
+  input's name, as TorchServe's `kservev2` envelope does (a torch tensor or numpy array
+  keeps its shape and datatype: worker/kserve_outputs.py). The binary tensor
   extension (`oip`: `Inference-Header-Content-Length`, `binary_data_size`, binary
   outputs on request) works both ways, as in KServe's Python server and Triton.
   `v2/models/{m}/versions/{v}/infer` (and `/explain`) serve that version, as KServe and
