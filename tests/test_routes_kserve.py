@@ -179,6 +179,49 @@ async def test_v2_shape_mismatch_is_400(jp_fetch: Fetch, jp_serverapp: Any) -> N
     assert caught.value.code == 400
 
 
+SHAPE_3 = {"inputs": [{"name": "x", "shape": [3], "datatype": "INT64", "data": [1, 2]}]}
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "mode", "status", "error"),
+    [
+        ("POST", "v2/models/nobody/infer", SHAPE_3, "", 404, "Model not found: nobody"),
+        ("GET", "v2/models/nobody", None, "", 404, "Model not found: nobody"),
+        ("GET", "v2/models/nobody/ready", None, "", 404, "Model not found: nobody"),
+        ("POST", "v2/models/probe/infer", SHAPE_3, "", 400,
+         "Input x: 2 values do not fit shape [3]."),  # the worker's answer
+        ("POST", "v2/models/probe/infer", {"inputs": [{**SHAPE_3["inputs"][0], "shape": [2]}]},
+         "raise", 503, "Prediction failed: RuntimeError: boom"),  # the whole batch failed
+        ("POST", "v1/models/nobody:predict", {"instances": [1]}, "", 404,
+         "Model not found: nobody"),
+        ("POST", "v1/models/probe:predict", {"instances": 1}, "", 400,
+         'The "instances" of the request body must be a list.'),
+    ],
+)  # fmt: skip
+async def test_kserve_errors_carry_the_error_key_kserve_and_triton_clients_read(
+    jp_fetch: Fetch, jp_serverapp: Any, method: str, path: str, body: Any, mode: str,
+    status: int, error: str,
+) -> None:  # fmt: skip
+    await register(jp_serverapp)
+    response = await jp_fetch("serve", *path.split("/"), method=method, raise_error=False,
+                              body=None if body is None else json.dumps(body),
+                              headers={"X-Mode": mode})  # fmt: skip
+    answer = json.loads(response.body)
+    assert (response.code, answer["error"], answer["code"]) == (status, error, status)
+    assert answer["message"] == error.split(": RuntimeError")[0]  # TorchServe's, as it was
+
+
+async def test_a_handlers_own_error_answer_is_sent_as_it_is(
+    jp_fetch: Fetch, jp_serverapp: Any
+) -> None:
+    await register(jp_serverapp)
+    tensor = {"name": "x", "shape": [1], "datatype": "INT64", "data": [1]}
+    response = await jp_fetch("serve", "v2", "models", "probe", "infer", method="POST",
+                              body=json.dumps({"inputs": [tensor]}), raise_error=False,
+                              headers={"X-Mode": "status"})  # fmt: skip
+    assert (response.code, response.body) == (507, b"Invalid response")
+
+
 async def test_v2_server_routes(jp_fetch: Fetch, jp_serverapp: Any) -> None:
     await register(jp_serverapp)
     live = await jp_fetch("serve", "v2", "health", "live")

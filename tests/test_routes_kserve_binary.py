@@ -138,6 +138,28 @@ async def test_malformed_binary_requests_are_400s_with_torchserve_errors(
         await asyncio.to_thread(infer, client_args, [bad])
 
 
+async def test_tritonclient_raises_the_servers_error_message(
+    jp_serverapp: Any, client_args: dict[str, Any]
+) -> None:
+    await register(jp_serverapp, name="doubler", source=DOUBLER)
+    client = triton.InferenceServerClient(url=client_args["url"], network_timeout=HANG_GUARD)
+    try:
+        with pytest.raises(InferenceServerException) as missing:
+            await asyncio.to_thread(client.get_model_metadata, "nobody",
+                                    headers=client_args["headers"])  # fmt: skip
+    finally:
+        client.close()
+    assert (missing.value.status(), missing.value.message()) == ("404", "Model not found: nobody")
+    wrong = tensor("f", np.array([1.0, 2.0], dtype=np.float32), "FP32")
+    wrong.set_shape([3])
+    with pytest.raises(InferenceServerException) as caught:
+        await asyncio.to_thread(infer, client_args, [wrong])
+    assert (caught.value.status(), caught.value.message()) == (
+        "400",
+        "Input f: 2 values do not fit shape [3].",
+    )
+
+
 async def test_a_binary_request_over_max_request_size_is_413(
     jp_fetch: Fetch, jp_serverapp: Any
 ) -> None:

@@ -37,27 +37,75 @@ answer goes back as is, so handlers written for plain TorchServe keep working.
 With `service_envelope` set (`ServeApp.service_envelope` or config.properties), the
 worker wraps every handler in that envelope, as TorchServe's does, and these routes
 pass every body to it untouched: the answer is whatever the envelope makes of it.
+
+Errors on these routes (`KServeErrors`, `KServeWriter`) are TorchServe's JSON with the
+`"error"` key KServe's and Triton's clients read (KServe's servers answer
+`{"error": message}`).
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 from jupyter_serve._version import __version__
 from jupyter_serve.server.http.access import EXECUTE, READ, allow
 from jupyter_serve.server.http.base import ServeRoute
-from jupyter_serve.server.http.exchange import Job
-from jupyter_serve.server.http.inference import InferenceRoute
+from jupyter_serve.server.http.exchange import Job, Writer
+from jupyter_serve.server.http.inference import HandlerWriter, InferenceRoute
 from jupyter_serve.server.http.requests import raw_body_request, to_inference_request
 from jupyter_serve.server.registry import Model
+from jupyter_serve.wire.errors import ServeError
 from jupyter_serve.wire.oip import DEFAULT_MAX_TENSOR_ELEMENTS
-from jupyter_serve.wire.protocol import KSERVE_HEADER
+from jupyter_serve.wire.protocol import KSERVE_HEADER, InferenceResult
 
 VERSIONING = "Model versioning is not yet supported."
+ERROR_SCAN = 65536  # the largest error answer read for its message (worker errors are small)
 
 
-class KServeRoute(InferenceRoute):
+def error_json(doc: dict[str, Any]) -> bytes:
+    """TorchServe's error JSON `doc` with the `"error"` KServe's and Triton's clients read:
+    its message, and its cause when it has one."""
+    cause = doc.get("cause")
+    error = f"{doc['message']}: {cause}" if isinstance(cause, str) and cause else doc["message"]
+    return (json.dumps({**doc, "error": error}, indent=2) + "\n").encode()
+
+
+class KServeErrors(ServeRoute):
+    """Base of the KServe routes: an error body is TorchServe's `{"code", "type", "message"}`
+    with the `"error"` the KServe and Triton clients read (tritonclient reads nothing else:
+    without it every error it raises says only that it could not decode the answer)."""
+
+    def error_body(self, error: ServeError) -> bytes:
+        return error_json(error.to_json())
+
+
+class KServeWriter(HandlerWriter):
+    """A KServe answer, an error the worker sent (TorchServe's JSON) with its `"error"`."""
+
+    def answer(self, result: InferenceResult) -> None:
+        if result.status >= 400:
+            result = replace(result, body=_with_error(result))
+        super().answer(result)
+
+
+def _with_error(result: InferenceResult) -> bytes:
+    """An error result's body with `"error"` when it is TorchServe's error JSON (a handler's
+    own error answer, anything else, is sent as it is)."""
+    body = bytes(result.body)
+    if len(body) > ERROR_SCAN:
+        return body
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError):
+        return body
+    if not isinstance(doc, dict) or "error" in doc or not isinstance(doc.get("message"), str):
+        return body
+    return error_json(doc)
+
+
+class KServeRoute(KServeErrors, InferenceRoute):
     """Forwards a KServe request to the model's worker as one job (module docstring)."""
 
     version: str | None = None  # the version a versioned v2 path names
@@ -77,6 +125,9 @@ class KServeRoute(InferenceRoute):
             return Job(name, self.version, request)
 
         await self.respond(prepare)
+
+    def make_writer(self) -> Writer:
+        return KServeWriter(self)
 
     def how_to_open(self, model: Model, protocol: str) -> str:
         """The `KSERVE_HEADER` value: the protocol, what the request may build, who answers."""
@@ -107,7 +158,7 @@ class V2InferRoute(KServeRoute):
         await self.forward(name, "v2", action == "explain")
 
 
-class ModelReadyRoute(ServeRoute):
+class ModelReadyRoute(KServeErrors):
     """`GET v2/models/{m}/ready`: {"name", "ready"}, ready when a worker serves."""
 
     @allow(READ)
@@ -127,7 +178,7 @@ class V1ModelReadyRoute(ModelReadyRoute):
         return model.pool.worker_count > 0
 
 
-class ModelMetadataRoute(ServeRoute):
+class ModelMetadataRoute(KServeErrors):
     """`GET v2/models/{m}`: the Open Inference Protocol model metadata."""
 
     @allow(READ)
@@ -139,7 +190,7 @@ class ModelMetadataRoute(ServeRoute):
         )
 
 
-class ServerMetadataRoute(ServeRoute):
+class ServerMetadataRoute(KServeErrors):
     """`GET v2`: TorchServe's server metadata (its "extenstion" typo included)."""
 
     @allow(READ)
@@ -149,13 +200,13 @@ class ServerMetadataRoute(ServeRoute):
         )
 
 
-class LiveRoute(ServeRoute):
+class LiveRoute(KServeErrors):
     @allow(READ)
     def get(self) -> None:
         self.write_json({"live": True})
 
 
-class ReadyRoute(ServeRoute):
+class ReadyRoute(KServeErrors):
     """`GET v2/health/ready`: ready when every model has its minimum of workers."""
 
     @allow(READ)
@@ -163,7 +214,7 @@ class ReadyRoute(ServeRoute):
         self.write_json({"ready": self.registry.healthy()})
 
 
-class VersionedRoute(ServeRoute):
+class VersionedRoute(KServeErrors):
     """`v2/models/{m}/versions/...` but infer and explain: 501, as TorchServe answers."""
 
     @allow(READ)
