@@ -211,6 +211,20 @@ async def test_kserve_errors_carry_the_error_key_kserve_and_triton_clients_read(
     assert answer["message"] == error.split(": RuntimeError")[0]  # TorchServe's, as it was
 
 
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [("v1/models/probe:predict", {"instances": []}), ("v2/models/probe/infer", {"inputs": []})],
+)
+async def test_an_envelope_without_items_is_a_400(
+    jp_fetch: Fetch, jp_serverapp: Any, path: str, body: Any
+) -> None:
+    await register(jp_serverapp)
+    response = await jp_fetch("serve", *path.split("/"), method="POST", body=json.dumps(body),
+                              raise_error=False)  # fmt: skip
+    assert response.code == 400
+    assert "has no" in json.loads(response.body)["error"]
+
+
 async def test_a_handlers_own_error_answer_is_sent_as_it_is(
     jp_fetch: Fetch, jp_serverapp: Any
 ) -> None:

@@ -131,3 +131,23 @@ def test_a_malformed_server_header_is_that_requests_400() -> None:
     broken = InferenceRequest("r1", {KSERVE_HEADER: "{"}, (Parameter("body", JSON, b"{}"),))
     (answer,) = expand([broken]).collect([])
     assert answer.status == 400
+
+
+@pytest.mark.parametrize(
+    ("protocol", "body", "headers"),
+    [
+        ("v1", b'{"instances": []}', {}),
+        ("v2", b'{"inputs": []}', {}),
+        ("v2", b'{"inputs": []}', {BINARY_HEADER: "14"}),  # the binary extension's form
+    ],
+)
+def test_an_envelope_without_items_is_a_400(
+    protocol: str, body: bytes, headers: dict[str, str]
+) -> None:
+    batch = expand([forwarded(protocol, body, **headers)])
+    (answer,) = batch.collect([])
+    key = "instances" if protocol == "v1" else "inputs"
+    assert (answer.status, batch.requests) == (400, [])
+    assert (
+        json.loads(answer.body)["message"] == f"The request has no {key}: its {key} list is empty."
+    )

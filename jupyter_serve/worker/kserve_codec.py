@@ -7,7 +7,7 @@ build it:
 
 * an envelope with more items (v1 instances, v2 inputs) than the model's queue
   took when the request was queued is refused with the queue's own 503
-  (`errors.queue_full`) before one item is built;
+  (`errors.queue_full`) before one item is built, and one without items with a 400;
 * a v2 request's elements (and the lists its shapes nest them in) stay within
   `max_tensor_elements`, and its shapes must describe its data
   (`worker/kserve_tensors.py`), checked before anything is shaped or decoded;
@@ -64,7 +64,7 @@ def v1_items(body: bytes, limits: Limits) -> Items | None:
     if found is None:
         return None
     instances: list[Any] = found["instances"]
-    _check_room(len(instances), limits)
+    _check_items(instances, "instances", limits)
     return Items([item_parameters(item) for item in instances], [], {})
 
 
@@ -80,7 +80,7 @@ def v2_items(body: bytes, header_length: str | None, limits: Limits) -> Items | 
     else:
         request, raw = _binary(body, header_length)
     inputs: list[Any] = request["inputs"]
-    _check_room(len(inputs), limits)
+    _check_items(inputs, "inputs", limits)
     budget = Budget(limits.max_elements)
     try:
         rows = [input_row(tensor, raw.get(i), budget) for i, tensor in enumerate(inputs)]
@@ -91,8 +91,12 @@ def v2_items(body: bytes, header_length: str | None, limits: Limits) -> Items | 
     return Items([item_parameters(row) for row in rows], names, kept)
 
 
-def _check_room(count: int, limits: Limits) -> None:
-    if count > limits.room:
+def _check_items(items: list[Any], key: str, limits: Limits) -> None:
+    """400 for an envelope without items (nothing to answer with), the queue's 503 for
+    more than it takes."""
+    if not items:
+        raise BadRequest(f"The request has no {key}: its {key} list is empty.")
+    if len(items) > limits.room:
         raise queue_full(limits.model_name)
 
 
