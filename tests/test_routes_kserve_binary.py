@@ -111,6 +111,25 @@ async def test_json_inputs_and_a_mix_of_json_and_binary_outputs(
     assert result.as_numpy("s").tolist() == ["str:WORD"]  # JSON BYTES stay text
 
 
+async def test_only_the_requested_outputs_come_back_and_an_unknown_one_is_a_400(
+    jp_serverapp: Any, client_args: dict[str, Any]
+) -> None:
+    await register(jp_serverapp, name="doubler", source=DOUBLER)
+    inputs = [tensor("a", np.array([1], dtype=np.int64), "INT64"),
+              tensor("b", np.array([2, 3], dtype=np.int64), "INT64")]  # fmt: skip
+    for binary in (True, False):
+        wanted = [triton.InferRequestedOutput("b", binary_data=binary)]
+        result = await asyncio.to_thread(infer, client_args, inputs, outputs=wanted)
+        [output] = result.get_response()["outputs"]
+        assert (output["name"], "data" not in output) == ("b", binary)
+        assert result.as_numpy("b").tolist() == [4, 6]
+    unknown = [triton.InferRequestedOutput("zzz")]
+    with pytest.raises(InferenceServerException) as caught:
+        await asyncio.to_thread(infer, client_args, inputs, outputs=unknown)
+    assert caught.value.status() == "400"
+    assert caught.value.message().startswith("Unexpected inference output 'zzz'")
+
+
 async def test_malformed_binary_requests_are_400s_with_torchserve_errors(
     jp_fetch: Fetch, jp_serverapp: Any, client_args: dict[str, Any]
 ) -> None:

@@ -151,3 +151,34 @@ def test_an_envelope_without_items_is_a_400(
     assert (
         json.loads(answer.body)["message"] == f"The request has no {key}: its {key} list is empty."
     )
+
+
+def test_only_the_requested_outputs_are_answered() -> None:
+    request = {"inputs": v2([1], [1])["inputs"] + [{**v2([1], [2])["inputs"][0], "name": "y"}],
+               "outputs": [{"name": "y", "parameters": {"binary_data": False}}]}  # fmt: skip
+    batch = expand([forwarded("v2", request)])
+    assert len(batch.requests) == 2  # every input still reaches the handler
+    (answer,) = batch.collect(
+        [InferenceResult("r1", body=b"[1]"), InferenceResult("r1", body=b"[2]")]
+    )
+    assert [(out["name"], out["data"]) for out in json.loads(answer.body)["outputs"]] == [
+        ("y", [2])
+    ]
+
+
+@pytest.mark.parametrize(
+    ("outputs", "message"),
+    [
+        ([{"name": "zzz"}], "Unexpected inference output 'zzz' for model 'm'"),
+        ({"name": "x"}, 'The "outputs" of the request must be a list'),
+        ([{"name": "x"}, "y"], 'The "outputs" of the request must be a list'),
+    ],
+)
+def test_a_requested_output_the_answer_lacks_is_refused_before_anything_is_decoded(
+    monkeypatch: pytest.MonkeyPatch, outputs: Any, message: str
+) -> None:
+    built = calls(monkeypatch, kserve_codec, "input_row")
+    batch = expand([forwarded("v2", {**v2([1], [1]), "outputs": outputs})])
+    (answer,) = batch.collect([])
+    assert (answer.status, batch.requests, built) == (400, [], [])
+    assert json.loads(answer.body)["message"].startswith(message)

@@ -11,6 +11,8 @@ build it:
 * a v2 request's elements (and the lists its shapes nest them in) stay within
   `max_tensor_elements`, and its shapes must describe its data
   (`worker/kserve_tensors.py`), checked before anything is shaped or decoded;
+* a v2 request's requested `outputs` must name outputs its answer has (400), and
+  only those are answered;
 * each item's fields are encoded as the JSON parameters the handler's row is
   decoded from (`worker/inputs.py`), as for a prediction with a JSON body, so a
   handler with `decode_input_request` off sees the same bytes.
@@ -56,6 +58,7 @@ class Items(NamedTuple):
     rows: list[tuple[Parameter, ...]]
     names: list[str]  # v2: each input's name, for its output
     request: dict[str, Any]  # v2: the request's `KEPT` keys, for the answer
+    wanted: frozenset[str] | None = None  # v2: the outputs the request asks for (None: all)
 
 
 def v1_items(body: bytes, limits: Limits) -> Items | None:
@@ -81,14 +84,34 @@ def v2_items(body: bytes, header_length: str | None, limits: Limits) -> Items | 
         request, raw = _binary(body, header_length)
     inputs: list[Any] = request["inputs"]
     _check_items(inputs, "inputs", limits)
+    names = [str(tensor.get("name", f"input-{i}")) if isinstance(tensor, dict) else ""
+             for i, tensor in enumerate(inputs)]  # fmt: skip
+    wanted = requested_outputs(request.get("outputs"), names, limits.model_name)
     budget = Budget(limits.max_elements)
     try:
         rows = [input_row(tensor, raw.get(i), budget) for i, tensor in enumerate(inputs)]
     except BinaryDataError as exc:
         raise BadRequest(f"Invalid binary tensor request: {exc}") from None
-    names = [str(row.get("name", f"input-{i}")) for i, row in enumerate(rows)]
     kept = {key: request[key] for key in KEPT if key in request}
-    return Items([item_parameters(row) for row in rows], names, kept)
+    return Items([item_parameters(row) for row in rows], names, kept, wanted)
+
+
+def requested_outputs(outputs: Any, names: list[str], model: str) -> frozenset[str] | None:
+    """The names of the outputs a v2 request asks for (its `outputs`; None or [] asks for
+    all), refused before anything is decoded when one is not among the answer's: each
+    input's output has its name, and Triton answers an unknown output with a 400."""
+    if outputs is None or outputs == []:
+        return None
+    if not isinstance(outputs, list) or not all(
+        isinstance(output, dict) and isinstance(output.get("name"), str) for output in outputs
+    ):
+        raise BadRequest('The "outputs" of the request must be a list of objects with a "name".')
+    known = set(names)
+    for output in outputs:
+        if output["name"] not in known:
+            raise BadRequest(f"Unexpected inference output '{output['name'][:80]}' for model "
+                             f"'{model}' (an output has the name of its input).")  # fmt: skip
+    return frozenset(output["name"] for output in outputs)
 
 
 def _check_items(items: list[Any], key: str, limits: Limits) -> None:
@@ -169,6 +192,7 @@ def v2_answer(
         "outputs": [
             _v2_output(name, output_value(body), kind)
             for name, body, kind in zip(items.names, bodies, kinds, strict=True)
+            if items.wanted is None or name in items.wanted
         ],
     }
     try:
