@@ -108,6 +108,8 @@ def test_token_matches_both_schemes_in_constant_time_compare() -> None:
     assert not token_matches("token other", "s3cret")
     assert not token_matches("Basic s3cret", "s3cret")
     assert not token_matches("token ", "")
+    assert not token_matches("token s3cret\xa0", "s3cret")  # jupyter_server refuses it too
+    assert not token_matches("token s3cret\x85", "s3cret")
 
 
 REFUSED = [
