@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 from jupyter_server.utils import url_path_join
 from route_models import register, server_config
-from tornado.httpclient import HTTPResponse
+from tornado.httpclient import HTTPClientError, HTTPResponse
 
 from jupyter_serve.wire.logsafe import printable, scrub_uri
 
@@ -118,11 +119,13 @@ async def test_form_fields_named_token_or_xsrf_never_reach_the_handler(
 ) -> None:
     await register(jp_serverapp)
     token = jp_serverapp.identity_provider.token  # jupyter_server reads a form's `token` too
-    for path in (("predictions", "probe"), ("probe", "predict")):
+    # tornado parses a body whose type only starts with the form type as a form as well
+    for path, kind in itertools.product((("predictions", "probe"), ("probe", "predict")),
+                                        ("", "X", "; charset=utf-8")):  # fmt: skip
         answer = await jp_fetch("serve", *path, method="POST", body=f"data=1&token={token}&_xsrf=x",
-                                headers={"Content-Type": "application/x-www-form-urlencoded",
+                                headers={"Content-Type": f"application/x-www-form-urlencoded{kind}",
                                          "X-Mode": "seen"})  # fmt: skip
-        assert json.loads(answer.body)["keys"] == ["data"], path
+        assert json.loads(answer.body)["keys"] == ["data"], (path, kind)
     parts = [
         ("data", "", "1"),
         ("_xsrf", 'filename="x.txt"', "x"),
@@ -135,6 +138,23 @@ async def test_form_fields_named_token_or_xsrf_never_reach_the_handler(
                             headers={"Content-Type": "multipart/form-data; boundary=B",
                                      "X-Mode": "seen"})  # fmt: skip
     assert json.loads(answer.body)["keys"] == ["data"]
+    with pytest.raises(HTTPClientError) as refused:  # a type tornado parses, then refuses
+        await jp_fetch("serve", "predictions", "probe", method="POST", body=body,
+                       headers={"Content-Type": "multipart/form-dataX; boundary=B"})  # fmt: skip
+    assert refused.value.code == 400
+
+
+async def test_a_wrong_token_in_a_form_is_refused_on_every_path(
+    jp_fetch: Fetch, jp_serverapp: Any
+) -> None:
+    """jupyter_server reads a form's `token` before the header: a wrong one is refused,
+    whatever the form's type looks like and however the body is framed."""
+    await register(jp_serverapp)
+    for kind in ("application/x-www-form-urlencoded", "application/x-www-form-urlencodedX"):
+        with pytest.raises(HTTPClientError) as refused:
+            await jp_fetch("serve", "predictions", "probe", method="POST",
+                           body="data=1&token=WRONG", headers={"Content-Type": kind})  # fmt: skip
+        assert refused.value.code == 403, kind
 
 
 def test_worker_lines_reach_the_server_log_escaped(caplog: pytest.LogCaptureFixture) -> None:

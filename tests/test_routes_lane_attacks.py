@@ -16,6 +16,7 @@ that pipelines requests and never reads costs the server bounded memory.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -179,7 +180,22 @@ async def test_a_parse_error_loses_none_of_the_requests_behind_it(
     through_lane, through_tornado = await bench.both(data)
     assert through_lane == through_tornado
     assert [status for status, _ in through_lane[0]] == [200, 400, 200]
+    assert json.loads(through_lane[0][1][1])["type"] == "BadRequestException"
     assert through_lane[0][2] == (200, b"two")
+    assert errors_logged(caplog) == []
+
+
+@pytest.mark.parametrize("route", ["api/status", "serve/predictions/probe"])
+async def test_a_head_over_tornados_limit_closes_the_connection_as_tornado_does(
+    bench: Bench, route: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A head of 70,000 bytes sent at once: the lane used to hand it over with its bytes
+    already read, and tornado then waited on the socket for them, forever."""
+    await bench.ready()
+    big = f"POST {bench.base}{route} HTTP/1.1\r\nHost: localhost\r\nX-Big: {'a' * 70_000}\r\n\r\n"
+    through_lane, through_tornado = await bench.both(bench.request() + big.encode())
+    assert through_lane == through_tornado
+    assert through_lane == (((200, b"x"),), "closed")  # the request before it is answered
     assert errors_logged(caplog) == []
 
 

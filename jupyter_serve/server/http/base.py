@@ -54,6 +54,7 @@ from jupyter_serve.server.keys import KeyInfo, KeyStore, bearer_key
 from jupyter_serve.server.metrics.serve_metrics import ServeMetrics
 from jupyter_serve.server.registry import ModelRegistry
 from jupyter_serve.wire.errors import (
+    BadRequest,
     Forbidden,
     MethodNotAllowed,
     RequestTooLarge,
@@ -330,6 +331,8 @@ def _from_status(status_code: int, error: BaseException | None) -> ServeError:
     message = error.log_message if isinstance(error, web.HTTPError) else None
     if status_code == 403:
         return Forbidden(message or "Forbidden")
+    if status_code == 400:  # tornado's own: an undecodable path or form, a bad header...
+        return BadRequest(message or "Bad Request")
     if message is None and 400 <= status_code < 500:
         message = responses.get(status_code, "Bad Request")  # a client's mistake, not ours
     return ServeError(message or "Internal server error", status_code=status_code)

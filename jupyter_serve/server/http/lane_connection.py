@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING, Any
 from tornado import iostream
 
 from jupyter_serve.server.http.admission import token_argument
-from jupyter_serve.server.http.lane_http import AskHub, LaneRequest, NotForTheLane, RequestReader
+from jupyter_serve.server.http.lane_http import (
+    AskHub,
+    HeadTooLarge,
+    LaneRequest,
+    NotForTheLane,
+    RequestReader,
+)
 from jupyter_serve.wire.protocol import gathered
 
 if TYPE_CHECKING:
@@ -128,6 +134,12 @@ class LaneProtocol(asyncio.Protocol):
                 request.body = body  # for a form's fields, parsed (and kept) now
                 if token_argument("", request.body_arguments):
                     raise NotForTheLane("a form's token field: jupyter_server reads it first")
+                if request.malformed_form:
+                    raise NotForTheLane("a form tornado refuses: its route answers it")
+        except HeadTooLarge:
+            if self.transport is not None:
+                self.transport.close()  # as tornado does; answers written so far leave first
+            return
         except NotForTheLane:
             self._hand_over()
             return

@@ -36,8 +36,15 @@ FORM_TYPES = ("multipart/form-data", "application/x-www-form-urlencoded")
 
 
 def is_form(content_type: str) -> bool:
-    """Whether a body of this type is parsed into form fields (`body_arguments`, `files`)."""
-    return content_type.split(";", 1)[0].strip().lower() in FORM_TYPES
+    """Whether a body of this type is parsed into form fields (`body_arguments`, `files`).
+
+    Tornado parses any body whose type merely starts with a form type (its
+    `httputil.parse_body_arguments`), and jupyter_server then reads a `token` field from
+    it: such a body is a form here too, so that the handler never gets it raw.
+    """
+    return content_type.startswith(FORM_TYPES) or (
+        content_type.split(";", 1)[0].strip().lower() in FORM_TYPES
+    )
 
 
 @lru_cache(maxsize=512)
@@ -86,6 +93,7 @@ class LaneRequest:
     _form: tuple[dict[str, list[bytes]], dict[str, list[httputil.HTTPFile]]] | None = field(
         default=None, repr=False
     )
+    malformed_form: bool = False  # tornado refuses its form body (its route answers 400)
 
     @property
     def path(self) -> str:
@@ -120,14 +128,20 @@ class LaneRequest:
                         files,
                         self.headers,  # type: ignore[arg-type]
                     )
-                except httputil.HTTPInputError:  # a malformed form: no fields, as through
-                    arguments, files = {}, {}  # tornado's route (never a 500)
+                except httputil.HTTPInputError:  # the lane hands it to tornado's route
+                    arguments, files = {}, {}
+                    self.malformed_form = True
             self._form = (arguments, files)
         return self._form
 
 
 class NotForTheLane(Exception):
     """This request (and its connection from here on) goes to tornado."""
+
+
+class HeadTooLarge(NotForTheLane):
+    """No head within `MAX_HEAD_BYTES`: tornado would close the connection, and so does the
+    lane (handed over, tornado would wait on the socket for bytes the lane already read)."""
 
 
 class AskHub(Exception):
@@ -184,16 +198,16 @@ class RequestReader:
     @staticmethod
     def head_end(buffer: bytearray) -> int | None:
         """The length of the head at the start of `buffer` (its blank line included), or
-        None while it is incomplete; `NotForTheLane` past `MAX_HEAD_BYTES`, and for a head
-        whose blank line is not CRLF CRLF (bare LF: tornado ends a head at the first
-        `\\r?\\n\\r?\\n` and answers it, so the lane never waits for a CRLF CRLF)."""
+        None while it is incomplete; `HeadTooLarge` past `MAX_HEAD_BYTES`; `NotForTheLane`
+        for a head whose blank line is not CRLF CRLF (bare LF: tornado ends a head at the
+        first `\\r?\\n\\r?\\n` and answers it, so the lane never waits for a CRLF CRLF)."""
         end = _HEAD_END.search(buffer, 0, MAX_HEAD_BYTES + 4)
         if end is not None:
             if end.end() - end.start() != 4:
                 raise NotForTheLane("a head ending in a bare line feed")
             return end.end()
         if len(buffer) > MAX_HEAD_BYTES:
-            raise NotForTheLane("head too large")
+            raise HeadTooLarge("head too large")
         return None
 
     def read_head(self, head: bytes) -> LaneRequest:
