@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from jupyter_serve.worker.kserve_tensors import nested_lists, tensor_json
+from jupyter_serve.wire.errors import BadRequest
+from jupyter_serve.worker.kserve_tensors import check_json_data, nested_lists, tensor_json
 
 
 @pytest.mark.parametrize(
@@ -33,3 +34,32 @@ def test_shaped_data_is_the_json_of_the_nested_lists_the_handler_always_got(
 
 def test_nested_lists_counts_the_brackets_of_a_shape() -> None:
     assert [nested_lists(s) for s in ([3], [2, 3], [2, 3, 4], [1, 0, 5], [])] == [1, 3, 9, 2, 0]
+
+
+@pytest.mark.parametrize(
+    ("datatype", "good", "bad"),
+    [
+        ("BOOL", [True, False], [True, 1]),
+        ("INT8", [-128, 127], [128]),
+        ("INT64", [-(2**63), 2**63 - 1], [2**63]),
+        ("UINT8", [0, 255], [-1]),
+        ("UINT64", [0, 2**64 - 1], [2**64]),
+        ("INT32", [1, 2], [1, 2.0]),
+        ("INT16", [1], [False]),
+        ("FP16", [1, 2.5], ["2.5"]),
+        ("BF16", [0.5], [None]),
+        ("FP64", [], [{"a": 1}]),
+        ("BYTES", ["a", ""], ["a", 1]),
+    ],
+)
+def test_json_data_must_be_values_of_its_datatype(
+    datatype: str, good: list[Any], bad: list[Any]
+) -> None:
+    check_json_data("x", datatype, good)
+    with pytest.raises(BadRequest, match=f"Input x: {datatype} data must be"):
+        check_json_data("x", datatype, bad)
+
+
+def test_json_data_of_an_unknown_datatype_is_refused() -> None:
+    with pytest.raises(BadRequest, match="unknown datatype 'FP99'"):
+        check_json_data("x", "FP99", [1])

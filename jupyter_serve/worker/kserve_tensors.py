@@ -17,7 +17,8 @@ decoding it; a JSON input's leaves), before anything is decoded or nested:
 The shaped data is then written straight as the JSON text the row carries (exactly
 what `json.dumps` writes for the nested lists), a block of about `CHUNK` elements and
 lists at a time, so the worker never holds the whole nested tensor besides its text.
-A BYTES input passes its first element, as TorchServe's `kservev2` does.
+A BYTES input passes its first element, as TorchServe's `kservev2` does. A JSON input's
+data must be values of its datatype (`check_json_data`, as Triton reads JSON tensors).
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from jupyter_serve.wire.errors import BadRequest, RequestTooLarge
 from jupyter_serve.wire.oip import CHUNK, bytes_spans, element_count, flatten, read_elements
 
 __all__ = [
-    "MAX_DIMS", "Budget", "Encoded", "input_row", "nested_lists", "tensor_json", "tensor_shape",
+    "MAX_DIMS", "Budget", "Encoded", "check_json_data", "input_row", "nested_lists",
+    "tensor_json", "tensor_shape",
 ]  # fmt: skip
 
 MAX_DIMS = 64  # a v2 tensor's dimensions (numpy allows 64)
@@ -86,6 +88,7 @@ def _first_bytes(row: dict[str, Any], raw: memoryview | None, budget: Budget) ->
     if raw is None:
         elements = flatten(row["data"])
         _spend_bytes(row, len(elements), budget)
+        check_json_data(_name(row), "BYTES", elements)
         return elements[0]
     _spend_bytes(row, element_count("BYTES", raw), budget)
     offset, length = next(bytes_spans(raw))
@@ -102,15 +105,65 @@ def _shaped(
     row: dict[str, Any], raw: memoryview | None, shape: list[int], budget: Budget
 ) -> Encoded:
     """An input's elements nested to its shape, as `Encoded` JSON text."""
+    datatype = str(row.get("datatype"))
     if raw is None:
         flat = flatten(row["data"])
         count, read = len(flat), partial(_slice, flat)
     else:
-        datatype = str(row.get("datatype"))
         count, read = element_count(datatype, raw), partial(read_elements, datatype, raw)
     _check_fits(_name(row), shape, count)
     budget.take(1 if not shape else count + nested_lists(shape))
+    if raw is None:
+        check_json_data(_name(row), datatype, flat)
     return Encoded(tensor_json(read, shape).encode())
+
+
+class Rule(NamedTuple):
+    """What JSON data of a datatype holds: values of these types, within these bounds."""
+
+    types: frozenset[type]
+    what: str  # for the error message
+    low: int | None = None
+    high: int | None = None
+
+
+def _integers(signed: bool, bits: int) -> Rule:
+    low, high = (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1) if signed else (0, 2**bits - 1)
+    return Rule(frozenset({int}), f"integers from {low} to {high}", low, high)
+
+
+RULES = {
+    "BOOL": Rule(frozenset({bool}), "true or false"),
+    "BYTES": Rule(frozenset({str}), "strings"),
+    **{f"FP{bits}": Rule(frozenset({int, float}), "numbers") for bits in (16, 32, 64)},
+    "BF16": Rule(frozenset({int, float}), "numbers"),
+    **{f"INT{bits}": _integers(True, bits) for bits in (8, 16, 32, 64)},
+    **{f"UINT{bits}": _integers(False, bits) for bits in (8, 16, 32, 64)},
+}
+"""Triton's reading of a JSON tensor's data: booleans for BOOL, integers in range for the
+integer types (no 1.5, no true), numbers for the floating-point ones, strings for BYTES."""
+
+
+def check_json_data(name: str, datatype: str, flat: list[Any]) -> None:
+    """400 unless `datatype` is known and `flat` (a JSON input's elements) are all values of
+    it (`RULES`): a pass over the types and one for the bounds, in C."""
+    rule = RULES.get(datatype)
+    if rule is None:
+        raise BadRequest(f"Input {name}: unknown datatype {datatype[:40]!r}.")
+    if _fits(rule, flat):
+        return
+    bad = next(value for value in flat if not _fits(rule, [value]))
+    raise BadRequest(
+        f"Input {name}: {datatype} data must be {rule.what}, not {json.dumps(bad)[:40]}."
+    )
+
+
+def _fits(rule: Rule, values: list[Any]) -> bool:
+    if not set(map(type, values)) <= rule.types:
+        return False
+    if rule.low is None or rule.high is None or not values:
+        return True
+    return bool(rule.low <= min(values) and max(values) <= rule.high)
 
 
 def _slice(flat: list[Any], start: int, count: int) -> list[Any]:
