@@ -328,6 +328,19 @@ def test_a_corrupt_archive_is_an_archive_error(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.parametrize("name", ["m/" + "a" * 300, "m/" + "d/" * 2100 + "f"])
+def test_a_member_name_the_file_system_refuses_is_an_archive_error(
+    name: str, tmp_path: Path
+) -> None:
+    """A part over NAME_MAX (255) or a path over PATH_MAX (4096): OSError 36, once a 500."""
+    archive = tar_with(
+        tmp_path / "long.tar.gz", [(tar_member("m/h.py"), b"x"), (tar_member(name), b"y")]
+    )
+    assert refused(archive, tmp_path, "name is too long") == (
+        "Cannot extract the archive: a member's name is too long for the file system."
+    )
+
+
 @pytest.mark.parametrize("entries", [[("a", b"file"), ("a/", b"")], [("a/", b""), ("a", b"f")]])
 def test_members_clashing_with_earlier_ones_are_refused(
     entries: list[tuple[str | zipfile.ZipInfo, bytes]], tmp_path: Path

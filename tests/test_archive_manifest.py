@@ -104,6 +104,9 @@ def test_folder_without_manifest_gets_the_default(tmp_path: Path) -> None:
         ('{"model": "x"}', "Missing Model entry"),
         ("[" * 200_000 + "]" * 200_000, "^Invalid manifest: nested too deeply\\.$"),
         ('{"model": {}, "pad": "' + "x" * (1 << 20) + '"}', "^Invalid manifest: over 1048576"),
+        ('{"model": {"modelName": ["a"]}}', "^Invalid manifest: model.modelName must be a str"),
+        ('{"model": {"handler": {"x": 1}}}', "^Invalid manifest: model.handler must be a string"),
+        ('{"model": {"modelVersion": true}}', "model.modelVersion must be a string"),
     ],
 )
 def test_malformed_manifests_raise_archive_error(text: str, message: str, tmp_path: Path) -> None:
@@ -112,6 +115,11 @@ def test_malformed_manifests_raise_archive_error(text: str, message: str, tmp_pa
     with pytest.raises(ArchiveError, match=message) as caught:
         read_manifest(tmp_path)
     assert caught.value.status_code == 400
+
+
+def test_numbers_in_string_fields_are_read_as_their_text_as_torchserve_reads_them() -> None:
+    info = Manifest.from_json('{"model": {"modelName": 12345, "modelVersion": 1.0}}').model
+    assert (info.model_name, info.model_version) == ("12345", "1.0")
 
 
 def test_created_on_uses_torch_model_archivers_format() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import http.server
 import json
+import os
 import re
 import threading
 from collections.abc import Iterator
@@ -91,6 +92,13 @@ def test_a_url_that_does_not_parse_is_torchserves_download_failure(store: Path, 
 )
 def test_dot_dot_raw_or_percent_encoded_is_refused(url: str, store: Path) -> None:
     assert refusal(url, store) == f"Relative path is not allowed in url: {url}"
+
+
+def test_a_store_entry_that_is_neither_file_nor_folder_is_as_missing(store: Path) -> None:
+    """A FIFO named like an archive: extracting it would have failed (500) or blocked."""
+    os.mkfifo(store / "fifo.mar")
+    assert refusal("fifo.mar", store) == "Model not found at: fifo.mar"
+    assert refusal(str(store / "fifo.mar"), store) == f"Model not found at: {store / 'fifo.mar'}"
 
 
 def test_a_store_entry_linking_outside_is_as_missing(store: Path, secret: Path) -> None:

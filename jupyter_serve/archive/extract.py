@@ -101,6 +101,11 @@ def extract_mar(
             _Extractor(staging, limits or ExtractLimits()).extract(src)
         except _CORRUPT as exc:
             raise ArchiveError("Cannot read the archive: corrupt or unsupported.") from exc
+        except OSError as exc:
+            if exc.errno != errno.ENAMETOOLONG:
+                raise
+            raise ArchiveError("Cannot extract the archive: a member's name is too long "
+                               "for the file system.") from None  # fmt: skip
         os.replace(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

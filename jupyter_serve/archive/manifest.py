@@ -92,12 +92,22 @@ class ModelInfo:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelInfo:
         known = {key: attr for attr, key in _MODEL_KEYS}
-        values = {known[k]: v for k, v in data.items() if k in known}
+        values = {known[k]: _text(k, v) for k, v in data.items() if k in known}
         extra = {k: v for k, v in data.items() if k not in known}
         # MMS 0.4 / early TorchServe manifests spell the version "version".
         if values.get("model_version") is None and isinstance(extra.get("version"), str):
             values["model_version"] = extra["version"]
         return cls(**values, extra=extra)
+
+
+def _text(key: str, value: Any) -> Any:
+    """A manifest's string field as TorchServe's Gson reads it: a number becomes its text
+    (`"modelVersion": 1.0`), anything else but a string or null is refused."""
+    if key == "extensions" or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    raise ArchiveError(f"Invalid manifest: model.{key} must be a string.")
 
 
 @dataclass(frozen=True)

@@ -154,9 +154,11 @@ def _not_found(url: str, cause: str | None = None) -> ModelNotFound:
 
 
 def _exists(path: Path) -> bool:
-    """`path.exists()`, False too for a name the file system refuses (ENAMETOOLONG...)."""
+    """Whether `path` is a file or a folder; False for anything else (a FIFO, a device,
+    which the extraction could not read or would block on) and for a name the file
+    system refuses (ENAMETOOLONG...)."""
     try:
-        return path.exists()
+        return path.is_file() or path.is_dir()
     except OSError:
         return False
 
