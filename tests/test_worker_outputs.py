@@ -31,6 +31,7 @@ def context(size: int) -> Context:
         (bytearray(b"ba"), b"ba"),
         (memoryview(b"mv"), b"mv"),
         ("t\u00eaxt", "t\u00eaxt".encode()),
+        ("echo \ud800!", b"echo \\ud800!"),  # a lone surrogate, as a client's JSON can send
         ({"b": 1, "a": [1.5]}, json.dumps({"b": 1, "a": [1.5]}, indent=2).encode()),
         (3, b"3"),
         (None, b"null"),

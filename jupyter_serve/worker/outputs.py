@@ -87,8 +87,8 @@ def encode_output(item: Any, idx: int = 0) -> bytes:
     """The response body for one output item."""
     if isinstance(item, (bytes, bytearray, memoryview)):
         return bytes(item)
-    if isinstance(item, str):
-        return item.encode("utf-8")
+    if isinstance(item, str):  # a lone surrogate (JSON's "\ud800") comes back as that escape
+        return item.encode("utf-8", "backslashreplace")
     tensor = _tensor_bytes(item)
     if tensor is not None:
         return tensor
