@@ -56,14 +56,43 @@ def prompt_ids(folder: Path, prompt: str | None = None,
 
 
 def greedy(folder: Path, max_new_tokens: int, prompt: str | None = None,
-           messages: list[dict[str, str]] | None = None) -> str:  # fmt: skip
-    """The text greedy `generate()` answers (special tokens skipped)."""
+           messages: list[dict[str, str]] | None = None, **penalties: Any) -> str:  # fmt: skip
+    """The text greedy `generate()` answers (special tokens skipped); with OpenAI's
+    `frequency_penalty`, `presence_penalty` and `logit_bias` as `OpenAIPenalties`."""
     import torch
+    from transformers import LogitsProcessorList
 
     tokenizer, model = _loaded(str(folder))
     ids = prompt_ids(folder, prompt, messages)
+    processors = LogitsProcessorList([OpenAIPenalties(len(ids), **penalties)] if penalties else [])
     with torch.inference_mode():
         mask = torch.ones(1, len(ids), dtype=torch.long)
         out = model.generate(torch.tensor([ids]), attention_mask=mask,
-                             max_new_tokens=max_new_tokens, do_sample=False)  # fmt: skip
+                             max_new_tokens=max_new_tokens, do_sample=False,
+                             logits_processor=processors)  # fmt: skip
     return str(tokenizer.decode(out[0][len(ids) :], skip_special_tokens=True))
+
+
+class OpenAIPenalties:
+    """A `generate()` logits processor written from OpenAI's definition (its API reference,
+    "Frequency and presence penalties"): `mu[j] - c[j] * frequency_penalty - float(c[j] >
+    0) * presence_penalty`, `c[j]` how often token j was sampled before, plus `logit_bias`.
+    Counted here from the generated ids, apart from the handler's code."""
+
+    def __init__(self, prompt_length: int, frequency_penalty: float = 0.0,
+                 presence_penalty: float = 0.0,
+                 logit_bias: dict[str, float] | None = None) -> None:  # fmt: skip
+        self.prompt_length = prompt_length
+        self.frequency, self.presence = frequency_penalty, presence_penalty
+        self.bias = {int(token): bias for token, bias in (logit_bias or {}).items()}
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        counts = torch.zeros(scores.shape[-1])
+        for token in input_ids[0, self.prompt_length :].tolist():
+            counts[token] += 1
+        bias = torch.zeros(scores.shape[-1])
+        for token, value in self.bias.items():
+            bias[token] = value
+        return scores + bias - counts * self.frequency - (counts > 0) * self.presence

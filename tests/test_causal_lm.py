@@ -170,6 +170,35 @@ def test_a_seed_reproduces_a_sampled_answer_whatever_runs_beside_it(worker: Work
     assert crowded.text("s8") != alone.text("s")
 
 
+def test_penalties_and_biases_are_openai_s_alone_and_beside_others(
+    worker: WorkerProcess, tiny_lm: Path
+) -> None:
+    """OpenAI's presence and frequency penalties and logit_bias, against generate() with a
+    logits processor written from OpenAI's definition: the same greedy answer alone and in
+    a batch beside running requests (which the penalties leave alone)."""
+    fields: dict[str, Any] = {"frequency_penalty": 1.5, "presence_penalty": 0.5,
+                              "logit_bias": {"300": 3.5, "311": -100}}  # fmt: skip
+    expected = greedy(tiny_lm, 16, prompt=PROMPT, **fields)
+    assert expected != greedy(tiny_lm, 16, prompt=PROMPT)  # the penalties change the answer
+    presence = greedy(tiny_lm, 16, prompt=PROMPT, presence_penalty=-2.0)
+    assert presence not in (expected, greedy(tiny_lm, 16, prompt=PROMPT))
+    alone = Stepper(worker)
+    alone.add("p", {"prompt": PROMPT, "max_new_tokens": 16, **fields})
+    alone.run()
+    assert alone.text("p") == expected
+    crowded = Stepper(worker)
+    crowded.add("plain", {"prompt": "def main():", "max_new_tokens": 20})
+    crowded.step()
+    crowded.add("p", {"prompt": PROMPT, "max_new_tokens": 16, **fields})
+    crowded.add("presence", {"prompt": PROMPT, "max_new_tokens": 16, "presence_penalty": -2})
+    crowded.run()
+    assert crowded.text("p") == expected
+    assert crowded.text("presence") == presence
+    assert crowded.text("plain") == greedy(tiny_lm, 20, prompt="def main():")
+    [beyond] = worker.results(request("b", {"prompt": PROMPT, "logit_bias": {"512": 1}}))
+    assert (beyond.status, json.loads(beyond.body)["param"]) == (400, "logit_bias")
+
+
 def test_a_stop_sequence_ends_the_answer_before_it(worker: WorkerProcess, tiny_lm: Path) -> None:
     full = greedy(tiny_lm, 16, prompt=PROMPT)
     stop = full[5:7]  # two characters from the middle of the greedy answer

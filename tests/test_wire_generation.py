@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from jupyter_serve.wire.generation import (
+    MAX_LOGIT_BIAS,
     MAX_MESSAGES,
     GenerationRequest,
     RequestError,
@@ -24,11 +25,14 @@ def test_a_text_body_is_the_prompt_and_decoding_is_greedy() -> None:
 def test_a_json_body_and_its_round_trip() -> None:
     body = {"messages": [{"role": "developer", "content": [{"type": "text", "text": "hi"}]}],
             "max_tokens": 7, "temperature": 0.5, "top_p": 0.9, "seed": -1, "stop": "\n",
-            "details": True}  # fmt: skip
+            "details": True, "frequency_penalty": -2, "presence_penalty": 0.5,
+            "logit_bias": {"12": 100, "3": -1.5}}  # fmt: skip
     request = read_request({"body": body})
     assert request.messages == ({"role": "system", "content": "hi"},)
     assert (request.max_new_tokens, request.temperature, request.top_p) == (7, 0.5, 0.9)
     assert (request.seed, request.stop, request.details) == (2**63 - 1, ("\n",), True)
+    assert (request.frequency_penalty, request.presence_penalty) == (-2.0, 0.5)
+    assert request.logit_bias == ((3, -1.5), (12, 100.0))
     raw = json.dumps(request.to_json()).encode()
     assert read_request({"body": bytearray(raw)}) == request
 
@@ -53,6 +57,20 @@ def test_a_json_body_and_its_round_trip() -> None:
         ({"prompt": "a", "stop": ["x"] * 10_000}, "stop"),
         ({"prompt": "a", "stop": [""]}, "stop"),
         ({"prompt": "a", "stop": "x" * 257}, "stop"),
+        ({"prompt": "a", "frequency_penalty": 2.5}, "frequency_penalty"),
+        ({"prompt": "a", "frequency_penalty": "1"}, "frequency_penalty"),
+        ({"prompt": "a", "presence_penalty": -2.01}, "presence_penalty"),
+        ({"prompt": "a", "presence_penalty": float("inf")}, "presence_penalty"),
+        ({"prompt": "a", "logit_bias": [[1, 2]]}, "logit_bias"),
+        ({"prompt": "a", "logit_bias": {"abc": 1}}, "logit_bias"),
+        ({"prompt": "a", "logit_bias": {"-1": 1}}, "logit_bias"),
+        ({"prompt": "a", "logit_bias": {"1": 100.5}}, "logit_bias"),
+        ({"prompt": "a", "logit_bias": {"1": True}}, "logit_bias"),
+        ({"prompt": "a", "logit_bias": {"1": float("nan")}}, "logit_bias"),
+        (
+            {"prompt": "a", "logit_bias": {str(i): 1 for i in range(MAX_LOGIT_BIAS + 1)}},
+            "logit_bias",
+        ),
     ],
 )
 def test_refusals_name_the_field(body: dict[str, Any], param: str) -> None:
@@ -66,3 +84,11 @@ def test_refusals_name_the_field(body: dict[str, Any], param: str) -> None:
 def test_undecodable_bodies_are_refused(raw: bytes) -> None:
     with pytest.raises(RequestError):
         read_request({"body": bytearray(raw)})
+
+
+def test_default_penalties_and_bias_change_nothing() -> None:
+    body = {"prompt": "a", "frequency_penalty": 0, "presence_penalty": None, "logit_bias": {}}
+    request = from_object(body)
+    assert request == GenerationRequest(prompt="a")
+    assert not request.adjusts_logits
+    assert "logit_bias" not in request.to_json()

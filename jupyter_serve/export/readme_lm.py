@@ -66,9 +66,10 @@ torchserve --start --model-store model-store --ts-config config/config.propertie
 ```
 
 The request is the notebook server's: a JSON object with `prompt` (or chat `messages`),
-`max_new_tokens`, `temperature` (absent: 0, greedy), `top_p`, `seed` and `stop`, or the
-prompt as plain text. The answer streams the text as it is decoded (`curl -N`); at
-temperature 0 it is what the notebook server answered."""
+`max_new_tokens`, `temperature` (absent: 0, greedy), `top_p`, `seed`, `stop` and OpenAI's
+`frequency_penalty`, `presence_penalty` and `logit_bias`, or the prompt as plain text. The
+answer streams the text as it is decoded (`curl -N`); at temperature 0 it is what the
+notebook server answered."""
 
 
 def lm_kserve(services: Sequence[Service]) -> str:

@@ -8,7 +8,8 @@ template...), packed as the archive's extra files:
         --extra-files config.json,model.safetensors,tokenizer.json,...
 
 Requests are read by jupyter_serve/wire/generation.py (a prompt or chat messages,
-`max_new_tokens`, `temperature`, `top_p`, `seed`, `stop`). With continuous batching (on by
+`max_new_tokens`, `temperature`, `top_p`, `seed`, `stop`, OpenAI's penalties and
+`logit_bias`). With continuous batching (on by
 default for this handler, server/models.py) each call is one step of every running
 request: a new request is tokenized (its chat template applied) and prefilled (beside
 others that join with it, one group of similar prompts a step, the cheapest first:
@@ -109,6 +110,7 @@ class CausalLM:
         model: Any = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
         self.model = model.to(self.device).eval()
         self.window = context_window(self.model.config, self.tokenizer)
+        self.vocabulary = int(getattr(self.model.config, "vocab_size", 0) or len(self.tokenizer))
         self.cache_keyword = cache_keyword_of(self.model)
         self.decoder = decoder_for(self.model, self.cache_keyword)
         self.max_prompt_chars = int(options.get("max_prompt_chars",
@@ -237,6 +239,10 @@ class CausalLM:
         prompt_ids = self.prompt_ids(request)
         if not prompt_ids:
             raise _empty(request)
+        beyond = [token for token, _ in request.logit_bias if token >= self.vocabulary]
+        if beyond:
+            raise RequestError(f"'logit_bias' names token {beyond[0]}, past this model's "
+                               f"{self.vocabulary} tokens.", "logit_bias")  # fmt: skip
         room = self.window - len(prompt_ids)
         wanted = request.max_new_tokens
         if room < 1 or (wanted is not None and wanted > room):

@@ -5,10 +5,12 @@ and each later one the last token against the request's own KV cache (`decode`),
 request's numbers never depend on the other requests of the batch: at temperature 0 it
 answers exactly what greedy `generate()` answers for the same prompt. Sampling uses the
 request's own generator (seeded by `seed`, else at random): a seed reproduces the answer
-whatever runs beside it. A step returns the text now complete (jupyter_serve/handlers/
-lm_text.py holds back half characters and what may begin a stop sequence); `finish_reason`
-is set once the answer is over: "stop" (end of sequence token or stop sequence) or
-"length" (`max_new_tokens`, or the context window).
+whatever runs beside it. Before a token is chosen, the request's penalties and biases
+adjust its logits as OpenAI defines them, from this answer's own tokens (`adjusted`), so
+a penalised request too answers the same alone or in a batch. A step returns the text
+now complete (jupyter_serve/handlers/lm_text.py holds back half characters and what may
+begin a stop sequence); `finish_reason` is set once the answer is over: "stop" (end of
+sequence token or stop sequence) or "length" (`max_new_tokens`, or the context window).
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ class Generation:
         # tensors [1, heads, cached, dim] (views of a batch's, lm_batch.py)
         self.cache: Any = None
         self.finish_reason: str | None = None
+        self.counts: torch.Tensor | None = None  # each token's count in the answer (penalties)
+        self.bias: torch.Tensor | None = None  # each token's logit bias
         seed = request.seed if request.seed is not None else secrets.randbits(63)
         self.generator = torch.Generator().manual_seed(seed)
         self.text = Detokenizer(lambda ids: tokenizer.decode(ids, skip_special_tokens=True))
@@ -87,12 +91,31 @@ class Generation:
 
     def take(self, logits: torch.Tensor) -> str:
         """Choose the next token from its logits; the text it completes."""
+        if self.request.adjusts_logits:
+            logits = self.adjusted(logits)
         return self._take(choose_token(logits, self.request, self.generator))
+
+    def adjusted(self, logits: torch.Tensor) -> torch.Tensor:
+        """OpenAI's adjustments: `logits[j] + logit_bias[j] - count[j] * frequency_penalty
+        - (count[j] > 0) * presence_penalty`, `count[j]` the times token j was generated in
+        this answer (the prompt's tokens do not count), in float32."""
+        if self.counts is None or self.bias is None:  # the first token: nothing generated
+            self.counts = torch.zeros(logits.shape[-1], device=logits.device)
+            self.bias = torch.zeros_like(self.counts)
+            if self.request.logit_bias:
+                tokens, biases = zip(*self.request.logit_bias, strict=True)
+                self.bias[torch.tensor(tokens, device=logits.device)] = \
+                    torch.tensor(biases, device=logits.device)  # fmt: skip
+        request = self.request
+        return logits.float() + self.bias - self.counts * request.frequency_penalty \
+            - (self.counts > 0) * request.presence_penalty  # fmt: skip
 
     def _take(self, token: int) -> str:
         if token in self.end_ids:
             return self._end("stop")
         self.generated.append(token)
+        if self.counts is not None:
+            self.counts[token] += 1
         text, stopped = self.stops.feed(self.text.push(token))
         if stopped:
             self.finish_reason = "stop"

@@ -7,8 +7,11 @@ it is queued, and the handler reads the same JSON in the worker.
 * TorchServe clients post to `predictions/{model}` a JSON object
   `{"prompt": "...", "max_new_tokens": 32, "temperature": 0.7, "top_p": 0.9, "seed": 1,
   "stop": ["\\n\\n"]}` (or `"messages": [{"role", "content"}, ...]` for the chat
-  template), or a plain-text body that is the prompt. Absent `temperature` is greedy
-  decoding, as `generate()` defaults. The answer streams the text as it is decoded.
+  template), or a plain-text body that is the prompt. OpenAI's `frequency_penalty`,
+  `presence_penalty` (-2 to 2) and `logit_bias` (`{"token id": -100 to 100}`) mean what
+  they mean there (jupyter_serve/handlers/lm_generation.py applies them). Absent
+  `temperature` is greedy decoding, as `generate()` defaults. The answer streams the text
+  as it is decoded.
 * The OpenAI routes (jupyter_serve/server/http/openai.py) translate a completion request
   into the same object with `"details": true` (`to_json`): each chunk is then a JSON
   object with the text, the finish reason and the token counts the routes need.
@@ -40,6 +43,9 @@ ROLES = ("system", "user", "assistant", "developer", "tool")
 MAX_STOP = 4  # OpenAI's limit on stop sequences
 MAX_STOP_CHARS = 256
 MAX_MESSAGES = 1024
+MAX_LOGIT_BIAS = 300  # tokens a logit_bias may name
+MAX_PENALTY = 2.0  # OpenAI's range for presence and frequency penalties: -2 to 2
+MAX_BIAS = 100.0  # and for a logit bias: -100 to 100
 
 
 class RequestError(ValueError):
@@ -68,7 +74,15 @@ class GenerationRequest:
     top_p: float = 1.0
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias), by token id
     details: bool = False  # chunks as JSON objects (the OpenAI routes)
+
+    @property
+    def adjusts_logits(self) -> bool:
+        """Whether penalties or biases change the logits before a token is chosen."""
+        return bool(self.frequency_penalty or self.presence_penalty or self.logit_bias)
 
     def to_json(self) -> dict[str, Any]:
         """The JSON body `read_request` reads back as this request."""
@@ -82,6 +96,12 @@ class GenerationRequest:
             body["max_new_tokens"] = self.max_new_tokens
         if self.seed is not None:
             body["seed"] = self.seed
+        if self.frequency_penalty:
+            body["frequency_penalty"] = self.frequency_penalty
+        if self.presence_penalty:
+            body["presence_penalty"] = self.presence_penalty
+        if self.logit_bias:
+            body["logit_bias"] = {str(token): bias for token, bias in self.logit_bias}
         return body
 
 
@@ -123,6 +143,9 @@ def from_object(body: Mapping[str, Any]) -> GenerationRequest:
         top_p=_number(body, "top_p", 1.0, 0.0, 1.0, open_low=True),
         seed=_seed(body.get("seed")),
         stop=_stop(body.get("stop")),
+        frequency_penalty=_number(body, "frequency_penalty", 0.0, -MAX_PENALTY, MAX_PENALTY),
+        presence_penalty=_number(body, "presence_penalty", 0.0, -MAX_PENALTY, MAX_PENALTY),
+        logit_bias=_logit_bias(body.get("logit_bias")),
         details=body.get("details") is True,
     )
 
@@ -216,3 +239,25 @@ def _stop(value: Any) -> tuple[str, ...]:
         raise RequestError(f"'stop' takes at most {MAX_STOP} sequences of at most "
                            f"{MAX_STOP_CHARS} characters.", "stop")  # fmt: skip
     return tuple(stops)
+
+
+def _logit_bias(value: Any) -> tuple[tuple[int, float], ...]:
+    """OpenAI's `{"token id": bias}` (ids as strings, as JSON keys are), sorted by id."""
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping):
+        raise RequestError("'logit_bias' must map token ids to biases.", "logit_bias")
+    if len(value) > MAX_LOGIT_BIAS:
+        raise RequestError(f"'logit_bias' takes at most {MAX_LOGIT_BIAS} tokens.", "logit_bias")
+    biases: dict[int, float] = {}
+    for key, bias in value.items():
+        if not (isinstance(key, str) and key.isascii() and key.isdigit() and len(key) < 12):
+            raise RequestError(f"'logit_bias' keys must be token ids; got {key!r:.40}.",
+                               "logit_bias")  # fmt: skip
+        if isinstance(bias, bool) or not isinstance(bias, (int, float)) or \
+                not -MAX_BIAS <= bias <= MAX_BIAS:  # fmt: skip
+            raise RequestError(f"'logit_bias' values must be numbers from {-MAX_BIAS:g} to "
+                               f"{MAX_BIAS:g}; got {bias!r:.40}.", "logit_bias",
+                               "invalid_value")  # fmt: skip
+        biases[int(key)] = float(bias)
+    return tuple(sorted(biases.items()))

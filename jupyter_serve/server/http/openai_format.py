@@ -4,9 +4,12 @@ usage, errors). No I/O here: server/http/openai.py routes and writes.
 
 Requests: `model` ("name" or "name/version"), `prompt` (completions) or `messages` (chat),
 `max_tokens` / `max_completion_tokens`, `temperature` (OpenAI's default 1), `top_p`,
-`seed`, `stop`, `stream`, `stream_options.include_usage` and `n` (1 only). Fields that
-would change the answer but are not supported (`n` > 1, `logprobs`, `echo`, `best_of` > 1,
-`suffix`, `tools`) are refused with a 400 rather than ignored; others are ignored.
+`seed`, `stop`, `frequency_penalty`, `presence_penalty`, `logit_bias`, `stream`,
+`stream_options.include_usage` and `n` (1 only). Fields that would change the answer but
+are not supported (`n` > 1, `logprobs`, `echo`, `best_of` > 1, `suffix`, `tools`, a
+`response_format` other than text, a `tool_choice` or `function_call` other than "none")
+are refused with a 400 naming them rather than ignored; their defaults are accepted.
+Others are ignored.
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ from jupyter_serve.wire.generation import GenerationRequest, RequestError, from_
 __all__ = ["Answer", "OpenAIBadRequest", "OpenAIRequest", "error_json", "read_openai"]
 
 UNSUPPORTED = ("logprobs", "top_logprobs", "echo", "suffix", "tools", "functions")
+NO_TOOLS = ("tool_choice", "function_call")  # only "none" (their default without tools)
+PASSED_ON = ("max_tokens", "max_completion_tokens", "top_p", "seed", "stop",
+             "frequency_penalty", "presence_penalty", "logit_bias")  # fmt: skip
 DEFAULT_TEMPERATURE = 1.0  # OpenAI's
 
 
@@ -66,8 +72,7 @@ def read_openai(body: Any, chat: bool) -> OpenAIRequest:
     options = body.get("stream_options") or {}
     if not isinstance(options, Mapping):
         raise OpenAIBadRequest("'stream_options' must be an object.", "stream_options")
-    fields = {name: body.get(name) for name in ("max_tokens", "max_completion_tokens", "top_p",
-                                                "seed", "stop")}  # fmt: skip
+    fields = {name: body.get(name) for name in PASSED_ON}
     fields["temperature"] = body.get("temperature", DEFAULT_TEMPERATURE)
     fields["messages" if chat else "prompt"] = body.get("messages" if chat else "prompt")
     try:
@@ -87,6 +92,15 @@ def _refuse_unsupported(body: Mapping[str, Any]) -> None:
     for name in UNSUPPORTED:
         if body.get(name) not in (None, False, [], ""):
             raise OpenAIBadRequest(f"'{name}' is not supported by this server.", name)
+    for name in NO_TOOLS:
+        if body.get(name) not in (None, "none"):
+            raise OpenAIBadRequest(f"'{name}' may only be \"none\": this server calls no "
+                                   "tools.", name)  # fmt: skip
+    response_format = body.get("response_format")
+    if response_format is not None and response_format != {"type": "text"}:
+        raise OpenAIBadRequest("Only 'response_format' {\"type\": \"text\"} is supported: this "
+                               "server does not constrain the output to JSON.",
+                               "response_format")  # fmt: skip
 
 
 class Answer:

@@ -232,6 +232,8 @@ _SAMPLING = {
     "top_p": {"type": "number", "minimum": 0, "exclusiveMinimum": True, "maximum": 1},
     "seed": {"type": "integer"},
     "stop": {"oneOf": [_STOP, {"type": "array", "items": _STOP, "maxItems": 4}]},
+    "frequency_penalty": {"type": "number", "minimum": -2, "maximum": 2},
+    "presence_penalty": {"type": "number", "minimum": -2, "maximum": 2},
     "stream": {"type": "boolean"},
     "stream_options": {"type": "object", "properties": {"include_usage": {"type": "boolean"}}},
 }
