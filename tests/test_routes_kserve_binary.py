@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -63,7 +64,8 @@ def infer(client_args: dict[str, Any], inputs: list[Any], **options: Any) -> Any
     """One inference with a fresh client (tritonclient is synchronous: run it in a thread)."""
     client = triton.InferenceServerClient(url=client_args["url"], network_timeout=HANG_GUARD)
     try:
-        return client.infer("doubler", inputs, headers=client_args["headers"], **options)
+        headers = dict(client_args["headers"])  # tritonclient writes its own headers into it
+        return client.infer("doubler", inputs, headers=headers, **options)
     finally:
         client.close()
 
@@ -177,6 +179,34 @@ async def test_tritonclient_raises_the_servers_error_message(
         "400",
         "Input f: 2 values do not fit shape [3].",
     )
+
+
+async def test_tritonclient_compressed_requests_are_decompressed(
+    jp_serverapp: Any, client_args: dict[str, Any]
+) -> None:
+    await register(jp_serverapp, name="doubler", source=DOUBLER)
+    for algorithm in ("gzip", "deflate"):
+        for binary in (True, False):
+            inputs = [tensor("x", np.array([1, 2], dtype=np.int64), "INT64", binary=binary)]
+            result = await asyncio.to_thread(infer, client_args, inputs,
+                                             request_compression_algorithm=algorithm)  # fmt: skip
+            assert result.as_numpy("x").tolist() == [2, 4], (algorithm, binary)
+
+
+async def test_a_compressed_body_past_max_request_size_or_corrupt_is_refused(
+    jp_fetch: Fetch, jp_serverapp: Any
+) -> None:
+    await register(jp_serverapp, name="doubler", source=DOUBLER)
+    limit = jp_serverapp.web_app.settings["serve_app"].max_request_size
+    bomb = gzip.compress(b" " * (limit + 1))  # a few KB on the wire
+    cut = gzip.compress(b'{"inputs": []}')[:-5]
+    for body, status in ((bomb, 413), (cut, 400), (b"\x1f\x8b junk", 400)):
+        response = await jp_fetch("serve", "v2", "models", "doubler", "infer", method="POST",
+                                  body=body, headers={"Content-Encoding": "gzip",
+                                                      "Content-Type": "application/json"},
+                                  raise_error=False)  # fmt: skip
+        assert (response.code, json.loads(response.body)["code"]) == (status, status)
+        assert json.loads(response.body)["error"]
 
 
 async def test_a_binary_request_over_max_request_size_is_413(

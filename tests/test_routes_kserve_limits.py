@@ -154,7 +154,7 @@ async def test_the_server_forwards_kserve_bodies_unopened(
     opened = [json.loads(request.headers[KSERVE_HEADER]) for request in queued]
     assert [how["protocol"] for how in opened] == ["v1", "v2"]
     assert opened[1] == {"protocol": "v2", "room": 100, "max_elements": DEFAULT_MAX_TENSOR_ELEMENTS,
-                         "model": ["probe", "1.0"]}  # fmt: skip
+                         "model": ["probe", "1.0"], "max_bytes": 6553500}  # fmt: skip
 
 
 async def test_a_clients_own_kserve_header_is_never_forwarded(

@@ -7,17 +7,20 @@ request breaking a rule is refused before anything is built for it.
 
 from __future__ import annotations
 
+import gzip
 import json
 import struct
+import tracemalloc
+import zlib
 from typing import Any
 
 import pytest
 
-from jupyter_serve.wire.errors import no_worker_message
+from jupyter_serve.wire.errors import BadRequest, RequestTooLarge, no_worker_message
 from jupyter_serve.wire.oip import BINARY_HEADER
 from jupyter_serve.wire.protocol import KSERVE_HEADER, InferenceRequest, InferenceResult, Parameter
 from jupyter_serve.worker import kserve_codec, kserve_tensors
-from jupyter_serve.worker.kserve import expand
+from jupyter_serve.worker.kserve import expand, inflate
 
 JSON = "application/json"
 
@@ -182,3 +185,40 @@ def test_a_requested_output_the_answer_lacks_is_refused_before_anything_is_decod
     (answer,) = batch.collect([])
     assert (answer.status, batch.requests, built) == (400, [], [])
     assert json.loads(answer.body)["message"].startswith(message)
+
+
+def test_a_compressed_body_is_opened_decompressed() -> None:
+    body = json.dumps(v2([2], [1, 2], "INT64")).encode()
+    for encoding, packed in (("gzip", gzip.compress(body)), ("deflate", zlib.compress(body))):
+        batch = expand([forwarded("v2", packed, **{"Content-Encoding": encoding})])
+        (answer,) = batch.collect([InferenceResult("r1", body=b"[2, 4]")])
+        assert json.loads(answer.body)["outputs"][0]["data"] == [2, 4], encoding
+
+
+def test_inflate_stops_at_its_limit_however_much_the_body_holds() -> None:
+    bomb = gzip.compress(bytes(64 << 20))  # 64 MiB of zeros in about 64 KB
+    tracemalloc.start()
+    try:
+        with pytest.raises(RequestTooLarge, match="exceeds the limit of 1000 bytes"):
+            inflate(bomb, "gzip", 1000)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < len(bomb) + (1 << 20)  # never the 64 MiB (zlib's max_length)
+    assert inflate(gzip.compress(b"x" * 1000), "x-gzip", 1000) == b"x" * 1000  # just fits
+    assert inflate(gzip.compress(b"a") + gzip.compress(b"b"), "GZIP", 10) == b"ab"  # members
+    assert inflate(b"as sent", "br", 10) == b"as sent"  # not ours to decode
+
+
+@pytest.mark.parametrize(
+    ("body", "encoding", "message"),
+    [
+        (b"not gzip at all", "gzip", "cannot be decompressed"),
+        (gzip.compress(b"{}")[:-5], "gzip", "cut short"),
+        (zlib.compress(b"{}") + b"junk", "deflate", "bytes after its end"),
+        (b"", "deflate", "cut short"),
+    ],
+)
+def test_a_body_that_is_no_such_stream_is_a_400(body: bytes, encoding: str, message: str) -> None:
+    with pytest.raises(BadRequest, match=message):
+        inflate(body, encoding, 1000)

@@ -15,6 +15,9 @@ handler runs (`run_batch` in service.py):
   (a malformed envelope, a shape that describes no data, more elements than
   allowed, more items than the queue takes) is answered at once with its error,
   and the others of the batch still run;
+* a body sent with `Content-Encoding: gzip` or `deflate` (tritonclient's
+  `request_compression_algorithm`) is decompressed first (`inflate`), to at most the
+  server's `max_request_size` bytes;
 * `collect` folds the rows' results back into one answer per request: a failed
   row answers for its whole request; otherwise `{"predictions": [...]}` (or
   `explanations`) for v1, the v2 response (with binary outputs when asked) for v2.
@@ -27,10 +30,11 @@ from __future__ import annotations
 
 import json
 import sys
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from jupyter_serve.wire.errors import BadRequest, ServeError
+from jupyter_serve.wire.errors import BadRequest, RequestTooLarge, ServeError
 from jupyter_serve.wire.oip import BINARY_HEADER, BINARY_TYPE, DEFAULT_MAX_TENSOR_ELEMENTS
 from jupyter_serve.wire.protocol import KSERVE_HEADER, InferenceRequest, InferenceResult
 from jupyter_serve.worker.failures import error_result, format_traceback
@@ -47,7 +51,10 @@ from jupyter_serve.worker.kserve_codec import (
 )
 from jupyter_serve.worker.kserve_outputs import TENSOR_HEADER
 
-__all__ = ["Forwarded", "expand"]
+__all__ = ["Forwarded", "expand", "inflate"]
+
+DEFAULT_MAX_BYTES = 6553500  # TorchServe's max_request_size (the server sends its own)
+WBITS = {"gzip": 31, "x-gzip": 31, "deflate": 15}  # zlib's wbits: gzip, zlib format
 
 
 @dataclass(frozen=True)
@@ -58,6 +65,7 @@ class Settings:
     room: int
     max_elements: int
     model: tuple[str, str]  # (name, version) that answers a v2 request
+    max_bytes: int = DEFAULT_MAX_BYTES  # a compressed body's most bytes, decompressed
 
     @classmethod
     def read(cls, text: str) -> Settings:
@@ -66,7 +74,8 @@ class Settings:
             name, version = value["model"]
             return cls(str(value["protocol"]), int(value["room"]),
                        int(value.get("max_elements", DEFAULT_MAX_TENSOR_ELEMENTS)),
-                       (str(name), str(version)))  # fmt: skip
+                       (str(name), str(version)),
+                       int(value.get("max_bytes", DEFAULT_MAX_BYTES)))  # fmt: skip
         except (ValueError, KeyError, TypeError) as exc:
             raise BadRequest(f"Malformed {KSERVE_HEADER} header: {exc}") from None
 
@@ -146,10 +155,39 @@ def _open(request: InferenceRequest, marker: str, entry: Opened) -> list[Inferen
 
 def _items(request: InferenceRequest, settings: Settings) -> Items | None:
     body = bytes(request.parameters[0].value) if request.parameters else b""
+    encoding = _header(request.headers, "Content-Encoding")
+    body = inflate(body, encoding, settings.max_bytes) if encoding else body
     limits = Limits(settings.model[0], settings.room, settings.max_elements)
     if settings.protocol == "v1":
         return v1_items(body, limits)
     return v2_items(body, _header(request.headers, BINARY_HEADER), limits)
+
+
+def inflate(body: bytes, encoding: str, limit: int) -> bytes:
+    """A body sent with `Content-Encoding: gzip` (or `x-gzip`) or `deflate` (zlib's format,
+    as HTTP has it), decompressed; any other encoding's as it came. Never more than `limit`
+    bytes are made (zlib's `max_length`, however small the body): 413 past them, 400 for a
+    body that is no such stream, is cut short or has bytes after it."""
+    wbits = WBITS.get(encoding.strip().lower())
+    if wbits is None:
+        return body
+    out, data = bytearray(), body
+    while True:  # a gzip body may hold several members, one after the other
+        inflater = zlib.decompressobj(wbits)
+        try:
+            out += inflater.decompress(data, limit + 1 - len(out))
+        except zlib.error as exc:
+            raise BadRequest(f"The {encoding} request body cannot be decompressed: {exc}") from None
+        if len(out) > limit:
+            raise RequestTooLarge(f"The decompressed request body exceeds the limit of {limit} "
+                                  "bytes (max_request_size).")  # fmt: skip
+        if not inflater.eof:
+            raise BadRequest(f"The {encoding} request body is cut short.")
+        data = inflater.unused_data
+        if not data:
+            return bytes(out)
+        if wbits != WBITS["gzip"]:
+            raise BadRequest(f"The {encoding} request body has bytes after its end.")
 
 
 def _header(headers: dict[str, str], name: str) -> str | None:

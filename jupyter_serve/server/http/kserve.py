@@ -22,7 +22,8 @@ without a setting:
 
 A request is one job of the model's queue, its body forwarded as it came with the
 `X-Jupyter-Serve-Kserve` header (protocol.py) saying how to open it: the Jupyter
-server's loop never parses or decodes a KServe body, whatever its size or shape (its
+server's loop never parses, decompresses (`Content-Encoding: gzip`/`deflate`, to at most
+`max_request_size` bytes) or decodes a KServe body, whatever its size or shape (its
 kernels, files and terminals share that loop). The worker refuses, before building
 anything, a malformed envelope (400), a shape that cannot describe its data (400),
 tensors past `max_tensor_elements` (413) and more items than the queue takes now
@@ -51,7 +52,7 @@ from typing import Any
 
 from jupyter_serve._version import __version__
 from jupyter_serve.server.http.access import EXECUTE, READ, allow
-from jupyter_serve.server.http.base import ServeRoute
+from jupyter_serve.server.http.base import DEFAULT_MAX_REQUEST_SIZE, ServeRoute
 from jupyter_serve.server.http.exchange import Job, Writer
 from jupyter_serve.server.http.inference import HandlerWriter, InferenceRoute
 from jupyter_serve.server.http.requests import raw_body_request, to_inference_request
@@ -133,9 +134,11 @@ class KServeRoute(KServeErrors, InferenceRoute):
         """The `KSERVE_HEADER` value: the protocol, what the request may build, who answers."""
         app = self.settings.get("serve_app")
         max_elements = getattr(app, "max_tensor_elements", DEFAULT_MAX_TENSOR_ELEMENTS)
+        max_bytes = getattr(app, "max_request_size", DEFAULT_MAX_REQUEST_SIZE)
         return json.dumps({
             "protocol": protocol, "room": model.batcher.remaining_capacity,
             "max_elements": int(max_elements), "model": [model.spec.model_name, model.version],
+            "max_bytes": int(max_bytes),
         })  # fmt: skip
 
 
