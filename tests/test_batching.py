@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 import pytest
 
 from jupyter_serve.server.batching import Batcher, BatcherClosed, Pending, no_worker_message
-from jupyter_serve.wire.errors import RequestTimeout, ServiceUnavailable
+from jupyter_serve.wire.errors import RequestTimeout, ServeError, ServiceUnavailable
 from jupyter_serve.wire.protocol import InferenceRequest, InferenceResult
 
 T = TypeVar("T")
@@ -124,6 +124,32 @@ def test_expired_requests_get_a_timeout_and_are_not_dispatched() -> None:
     assert isinstance(error, RequestTimeout)
     assert error.status_code == 408
     assert "old" in error.message
+
+
+def test_a_request_no_worker_takes_gets_its_timeout_at_its_deadline() -> None:
+    """No worker ever asks (none loads): the queue still answers at the deadline, and
+    the next request is watched in turn."""
+
+    async def main() -> list[str]:
+        loop = asyncio.get_running_loop()
+        batcher = Batcher("m", batch_size=4)
+        first = batcher.submit(req("first"), loop.time() + 0.02)
+        second = batcher.submit(req("second"), loop.time() + 0.05)
+        kept = batcher.submit(req("kept"), later())
+        errors = []
+        for future in (first, second):
+            with pytest.raises(RequestTimeout) as timed_out:
+                await future
+            errors.append(timed_out.value.message)
+        assert not kept.done()
+        batcher.fail_queued(ServeError("Worker died.", status_code=500))
+        with pytest.raises(ServeError, match=r"^Worker died\.$"):
+            await kept
+        return errors
+
+    first, second = run(main())
+    assert "Request first" in first
+    assert "Request second" in second
 
 
 def test_cancelled_requests_are_dropped() -> None:

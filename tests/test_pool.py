@@ -560,6 +560,28 @@ def test_failed_loads_are_retried_with_backoff_until_stopped(
     assert len(failures) == 3  # first load, then the two immediate retries
 
 
+def test_requests_waiting_for_a_worker_that_fails_to_load_get_torchserves_500(
+    make_spec: Callable[..., ModelSpec],
+) -> None:
+    """TorchServe answers "Worker died." to what waits for a model whose worker cannot
+    load; they used to wait for a worker that never came."""
+
+    async def main() -> tuple[ServeError, bool]:
+        pool = make_pool(make_spec(fake={"load_fail": 500}), backoff=(60,))
+        try:
+            waiting = submit(pool, "r1")
+            await pool.scale(1, wait=False)
+            with pytest.raises(ServeError) as died:
+                await waiting
+            return died.value, pool.batcher.closed
+        finally:
+            await pool.stop()
+
+    error, closed = run(main())
+    assert (error.status_code, error.message) == (500, "Worker died.")
+    assert not closed  # the model stays registered: its next worker may load
+
+
 def test_a_closed_batcher_winds_the_pool_down(make_spec: Callable[..., ModelSpec]) -> None:
     async def main() -> list[int]:
         pool = make_pool(make_spec())

@@ -100,6 +100,7 @@ class Batcher:
     _queue: deque[Pending] = field(default_factory=deque, init=False, repr=False)
     _arrived: asyncio.Event = field(default_factory=asyncio.Event, init=False, repr=False)
     _closed: ServeError | None = field(default=None, init=False, repr=False)
+    _expiry: asyncio.TimerHandle | None = field(default=None, init=False, repr=False)
 
     @classmethod
     def for_spec(cls, spec: ModelSpec) -> Batcher:
@@ -151,6 +152,7 @@ class Batcher:
         item = Pending(request, deadline, loop.create_future(), loop.time(), command, on_chunk)
         self._queue.append(item)
         self._arrived.set()
+        self._watch_deadlines()
         return item.future
 
     async def next_batch(self) -> list[Pending]:
@@ -200,14 +202,23 @@ class Batcher:
         self._queue.extendleft(reversed(items))
         if items:
             self._arrived.set()
+            if self._expiry is not None:  # the head is older now: watch its deadline
+                self._expiry.cancel()
+                self._expiry = None
+            self._watch_deadlines()
 
     def close(self, error: ServeError) -> None:
         """Fail everything queued with copies of `error`; later submits raise it too."""
         self._closed = error
+        self.fail_queued(error)
+        self._arrived.set()
+
+    def fail_queued(self, error: ServeError) -> None:
+        """Fail every request queued now with copies of `error` (e.g. its model's only
+        worker failed to load); the batcher stays open."""
         items = list(self._queue)
         self._queue.clear()
         fail(items, error)
-        self._arrived.set()
 
     # ---- one worker's view (server/sequences.py has per-worker queues) -----------
 
@@ -274,6 +285,18 @@ class Batcher:
             if alone:
                 break
         return batch
+
+    def _watch_deadlines(self) -> None:
+        """Have the head of the queue answered at its deadline even if no worker ever takes
+        it (none loads): one timer per queue, armed for its head, never one per request."""
+        if self._expiry is None and self._queue:
+            loop = asyncio.get_running_loop()
+            self._expiry = loop.call_at(self._queue[0].deadline, self._deadline_passed)
+
+    def _deadline_passed(self) -> None:
+        self._expiry = None
+        self._prune()
+        self._watch_deadlines()
 
     def _prune(self) -> int:
         """Drop cancelled and expired items (expired ones get a timeout); live count."""

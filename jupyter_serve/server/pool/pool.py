@@ -41,7 +41,7 @@ from jupyter_serve.server.pool.slots import (
     Slot,
 )
 from jupyter_serve.server.pool.worker import SubprocessWorker, WorkerReply, WorkerState
-from jupyter_serve.wire.errors import BadRequest, ServiceUnavailable
+from jupyter_serve.wire.errors import BadRequest, ServeError, ServiceUnavailable
 from jupyter_serve.wire.protocol import InferenceRequest, InferenceResult
 
 if TYPE_CHECKING:
@@ -294,6 +294,8 @@ class WorkerPool:
         outcome = await self._start(worker)
         if outcome is None:
             self._loaded(worker)
+        elif self.healthy_count == 0:  # TorchServe's answer to what waits for this worker
+            self.batcher.fail_queued(ServeError("Worker died.", status_code=500))
         if not slot.first_load.done():
             slot.first_load.set_result(outcome)
         self._notify()
