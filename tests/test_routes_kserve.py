@@ -12,6 +12,7 @@ import pytest
 from route_models import STREAM, register, serve_state, server_config
 from tornado.httpclient import HTTPClientError, HTTPResponse
 
+from jupyter_serve.server.http.base import NOT_FOUND_MESSAGE
 from jupyter_serve.wire.oip import flatten, typed_data
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
@@ -188,6 +189,8 @@ SHAPE_3 = {"inputs": [{"name": "x", "shape": [3], "datatype": "INT64", "data": [
         ("POST", "v2/models/nobody/infer", SHAPE_3, "", 404, "Model not found: nobody"),
         ("GET", "v2/models/nobody", None, "", 404, "Model not found: nobody"),
         ("GET", "v2/models/nobody/ready", None, "", 404, "Model not found: nobody"),
+        ("GET", "v2/models/probe/config", None, "", 404, NOT_FOUND_MESSAGE),  # no such route
+        ("POST", "v2/repository/index", {}, "", 404, NOT_FOUND_MESSAGE),
         ("POST", "v2/models/probe/infer", SHAPE_3, "", 400,
          "Input x: 2 values do not fit shape [3]."),  # the worker's answer
         ("POST", "v2/models/probe/infer", {"inputs": [{**SHAPE_3["inputs"][0], "shape": [2]}]},

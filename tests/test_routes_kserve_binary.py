@@ -17,6 +17,8 @@ from route_models import register, server_config
 from tornado.httpclient import HTTPResponse
 from tritonclient.utils import InferenceServerException
 
+from jupyter_serve.server.http.base import NOT_FOUND_MESSAGE
+
 Fetch = Callable[..., Awaitable[HTTPResponse]]
 HANG_GUARD = 60.0  # seconds; only stops a broken route from hanging the suite
 DOUBLER = """
@@ -168,9 +170,13 @@ async def test_tritonclient_raises_the_servers_error_message(
         with pytest.raises(InferenceServerException) as missing:
             await asyncio.to_thread(client.get_model_metadata, "nobody",
                                     headers=client_args["headers"])  # fmt: skip
+        with pytest.raises(InferenceServerException) as no_route:
+            await asyncio.to_thread(client.get_model_repository_index,
+                                    headers=client_args["headers"])  # fmt: skip
     finally:
         client.close()
     assert (missing.value.status(), missing.value.message()) == ("404", "Model not found: nobody")
+    assert (no_route.value.status(), no_route.value.message()) == ("404", NOT_FOUND_MESSAGE)
     wrong = tensor("f", np.array([1.0, 2.0], dtype=np.float32), "FP32")
     wrong.set_shape([3])
     with pytest.raises(InferenceServerException) as caught:

@@ -51,5 +51,6 @@ ROUTES: list[tuple[str, type[Any]]] = [
     *keys.ROUTES,  # after the legacy routes: `keys/predict` stays a model named "keys"
     *store.ROUTES,
     *summary.ROUTES,
+    kserve.NOT_FOUND_ROUTE,  # other v2 paths: the 404 KServe's and Triton's clients read
     (r".*", NotFoundRoute),
 ]

@@ -52,12 +52,16 @@ from typing import Any
 
 from jupyter_serve._version import __version__
 from jupyter_serve.server.http.access import EXECUTE, READ, allow
-from jupyter_serve.server.http.base import DEFAULT_MAX_REQUEST_SIZE, ServeRoute
+from jupyter_serve.server.http.base import (
+    DEFAULT_MAX_REQUEST_SIZE,
+    NOT_FOUND_MESSAGE,
+    ServeRoute,
+)
 from jupyter_serve.server.http.exchange import Job, Writer
 from jupyter_serve.server.http.inference import HandlerWriter, InferenceRoute
 from jupyter_serve.server.http.requests import raw_body_request, to_inference_request
 from jupyter_serve.server.registry import Model
-from jupyter_serve.wire.errors import ServeError
+from jupyter_serve.wire.errors import ResourceNotFound, ServeError
 from jupyter_serve.wire.oip import DEFAULT_MAX_TENSOR_ELEMENTS
 from jupyter_serve.wire.protocol import KSERVE_HEADER, InferenceResult
 
@@ -226,6 +230,20 @@ class VersionedRoute(KServeErrors):
 
     get = post = put = delete = _unsupported
 
+
+class V2NotFoundRoute(KServeErrors):
+    """Any other path under `v2/` (tritonclient's model config, repository index,
+    statistics...): TorchServe's 404, with the `"error"` its clients read."""
+
+    @allow(READ)
+    def _not_found(self, *args: str) -> None:
+        raise ResourceNotFound(NOT_FOUND_MESSAGE)
+
+    get = post = put = delete = patch = head = _not_found
+
+
+NOT_FOUND_ROUTE = (r"v2/.*", V2NotFoundRoute)
+"""After every other route (a model named "v2" keeps its legacy `v2/predict`)."""
 
 ROUTES: list[tuple[str, type[Any]]] = [
     (r"v1/models/([^/:%]+)(?::|%3[Aa])(predict|explain)", V1InferRoute),  # ":" maybe quoted
