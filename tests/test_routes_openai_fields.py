@@ -1,7 +1,7 @@
 """The OpenAI routes' request fields with the official `openai` client: those that change
 the answer are applied as OpenAI defines them (penalties, logit_bias) or refused with a
 400 naming them (JSON output, tool calls), never silently ignored; their defaults are
-accepted."""
+accepted, `max_tokens`'s too (16 on completions, as OpenAI's)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import openai
 import pytest
-from lm_models import greedy, tiny_lm
+from lm_models import greedy, prompt_ids, tiny_lm
 from test_routes_openai import CHAT, JSON, PROMPT, client_for, jp_server_config, serve_lm
 
 __all__ = ["client_for", "jp_server_config", "tiny_lm"]
@@ -97,3 +97,45 @@ async def test_the_client_sees_a_refusal_as_a_bad_request(
                 response_format={"type": "json_object"},
             )  # fmt: skip
     assert refused.value.param == "response_format"
+
+
+async def test_completions_default_to_16_tokens_and_chat_to_the_window(
+    jp_serverapp: Any, tiny_lm: Path, client_for: Any
+) -> None:
+    """OpenAI's legacy completions default `max_tokens` to 16, as if the client asked for
+    them (a prompt that leaves fewer is OpenAI's 400); chat runs on, here to the context
+    window (512 tokens), which a long conversation leaves some 30 tokens short."""
+    await serve_lm(jp_serverapp, tiny_lm)
+    chat = [{"role": "user", "content": repeated(tiny_lm, 512 - 30, chat=True)}]
+    room = 512 - len(prompt_ids(tiny_lm, messages=chat))
+    long_prompt = repeated(tiny_lm, 512 - 10)
+    assert room > 16
+    assert len(prompt_ids(tiny_lm, long_prompt)) < 512
+    async with client_for() as client:
+        completion = await client.completions.create(model="tinylm", prompt=PROMPT,
+                                                     temperature=0)  # fmt: skip
+        chatted = await client.chat.completions.create(model="tinylm", messages=chat,
+                                                       temperature=0)  # fmt: skip
+        with pytest.raises(openai.BadRequestError) as refused:
+            await client.completions.create(model="tinylm", prompt=long_prompt)
+    assert completion.usage is not None
+    assert (completion.usage.completion_tokens, completion.choices[0].finish_reason) == \
+        (16, "length")  # fmt: skip
+    assert completion.choices[0].text == greedy(tiny_lm, 16, prompt=PROMPT)
+    assert chatted.usage is not None
+    assert (chatted.usage.completion_tokens, chatted.choices[0].finish_reason) == \
+        (room, "length")  # fmt: skip
+    assert refused.value.code == "context_length_exceeded"
+    assert "16 in the completion" in refused.value.message
+
+
+def repeated(tiny_lm: Path, tokens: int, chat: bool = False) -> str:
+    """A text of repeated words, the shortest whose prompt has at least `tokens` tokens."""
+
+    def length(words: int) -> int:
+        text = "word " * words
+        return len(prompt_ids(tiny_lm, messages=[{"role": "user", "content": text}]) if chat
+                   else prompt_ids(tiny_lm, text))  # fmt: skip
+
+    words = next(words for words in range(1, tokens + 1) if length(words) >= tokens)
+    return "word " * words

@@ -3,8 +3,9 @@ objects the answers are made of (completions, chat completions, their streamed c
 usage, errors). No I/O here: server/http/openai.py routes and writes.
 
 Requests: `model` ("name" or "name/version"), `prompt` (completions) or `messages` (chat),
-`max_tokens` / `max_completion_tokens`, `temperature` (OpenAI's default 1), `top_p`,
-`seed`, `stop`, `frequency_penalty`, `presence_penalty`, `logit_bias`, `stream`,
+`max_tokens` / `max_completion_tokens` (completions: OpenAI's default 16; chat: up to the
+context window), `temperature` (OpenAI's default 1), `top_p`, `seed`, `stop`,
+`frequency_penalty`, `presence_penalty`, `logit_bias`, `stream`,
 `stream_options.include_usage` and `n` (1 only). Fields that would change the answer but
 are not supported (`n` > 1, `logprobs`, `echo`, `best_of` > 1, `suffix`, `tools`, a
 `response_format` other than text, a `tool_choice` or `function_call` other than "none")
@@ -29,6 +30,7 @@ NO_TOOLS = ("tool_choice", "function_call")  # only "none" (their default withou
 PASSED_ON = ("max_tokens", "max_completion_tokens", "top_p", "seed", "stop",
              "frequency_penalty", "presence_penalty", "logit_bias")  # fmt: skip
 DEFAULT_TEMPERATURE = 1.0  # OpenAI's
+DEFAULT_COMPLETION_TOKENS = 16  # OpenAI's (and vLLM's) for legacy completions, not chat
 
 
 class OpenAIBadRequest(BadRequest):
@@ -73,6 +75,8 @@ def read_openai(body: Any, chat: bool) -> OpenAIRequest:
     if not isinstance(options, Mapping):
         raise OpenAIBadRequest("'stream_options' must be an object.", "stream_options")
     fields = {name: body.get(name) for name in PASSED_ON}
+    if not chat and fields["max_tokens"] is None and fields["max_completion_tokens"] is None:
+        fields["max_tokens"] = DEFAULT_COMPLETION_TOKENS  # as if asked: past the window, a 400
     fields["temperature"] = body.get("temperature", DEFAULT_TEMPERATURE)
     fields["messages" if chat else "prompt"] = body.get("messages" if chat else "prompt")
     try:
