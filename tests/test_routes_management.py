@@ -500,6 +500,9 @@ async def test_list_pages_by_name(jp_fetch: Fetch, build: Callable[..., str]) ->
         ({"limit": "2"}, {"nextPageToken": "2", "models": every[:2]}),
         ({"limit": "1", "next_page_token": "1"}, {"nextPageToken": "2", "models": every[1:2]}),
         ({"limit": "2", "next_page_token": "2"}, {"models": every[2:]}),
+        # TorchServe gives a token to a page that ends exactly at the last model too
+        ({"limit": "3"}, {"nextPageToken": "3", "models": every}),
+        ({"limit": "1", "next_page_token": "2"}, {"nextPageToken": "3", "models": every[2:]}),
         ({"limit": "-1"}, {"models": every}),
         ({"limit": "1", "next_page_token": "-1"}, {"nextPageToken": "1", "models": every[:1]}),
         ({"next_page_token": "12"}, {"models": []}),

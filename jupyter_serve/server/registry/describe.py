@@ -96,7 +96,7 @@ def model_page(
     start = max(next_page_token, 0)
     end = start + limit
     page: dict[str, Any] = {}
-    if end < len(entries):
+    if end <= len(entries):  # TorchServe's rule: a page ending at the last model has one too
         page["nextPageToken"] = str(end)
     page["models"] = [{"modelName": name, "modelUrl": url} for name, url in entries[start:end]]
     return page
