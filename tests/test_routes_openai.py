@@ -104,6 +104,8 @@ async def test_a_streamed_chat_names_the_role_first(
         )
         chunks = [chunk async for chunk in stream]
     assert chunks[0].choices[0].delta.role == "assistant"
+    last = chunks[-1].choices[0]
+    assert (last.finish_reason, last.delta.content, last.delta.role) == ("length", None, None)
     text = "".join(c.choices[0].delta.content or "" for c in chunks)
     assert text == greedy(tiny_lm, 6, messages=CHAT)
     assert all(chunk.usage is None for chunk in chunks)
@@ -195,6 +197,7 @@ BAD = [
     ({"model": "tinylm", "messages": [{"role": "wizard", "content": "a"}]}, 400,
      "messages[0].role"),
     ({"model": "tinylm", "messages": "hello"}, 400, "messages"),
+    ({"model": "tinylm", "messages": [{"role": "user"}]}, 400, "messages[0].content"),
     ({"model": "tinylm", "prompt": "a", "max_tokens": 0}, 400, "max_tokens"),
     ({"model": "tinylm", "prompt": "a", "max_tokens": 600}, 400, "prompt"),
     ({"model": "tinylm", "prompt": "a", "stop": ["x"] * 10_000}, 400, "stop"),
@@ -284,6 +287,7 @@ async def test_curl_streams_events_as_they_come(
     text = "".join(p["choices"][0]["delta"].get("content", "") for p in parsed)
     assert text == greedy(tiny_lm, 5, messages=CHAT)
     assert parsed[-1]["choices"][0]["finish_reason"] == "length"
+    assert parsed[-1]["choices"][0]["delta"] == {}  # as OpenAI's last chunk: no content
 
 
 async def test_torchserve_clients_stream_text_from_predictions(

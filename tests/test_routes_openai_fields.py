@@ -67,6 +67,8 @@ REFUSED = [
     ({"logit_bias": {"abc": 1}}, "logit_bias"),
     ({"logit_bias": {"1": 101}}, "logit_bias"),
     ({"logit_bias": {"512": 1}}, "logit_bias"),  # past the vocabulary: the worker's check
+    ({"stream_options": {"include_usage": True}}, "stream_options"),  # without stream
+    ({"stream": False, "stream_options": {}}, "stream_options"),
 ]  # fmt: skip
 
 

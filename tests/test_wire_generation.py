@@ -47,6 +47,11 @@ def test_a_json_body_and_its_round_trip() -> None:
         ({"messages": ["hi"]}, "messages[0]"),
         ({"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
         ({"messages": [{"role": "user", "content": {"x": 1}}]}, "messages[0].content"),
+        ({"messages": [{"role": "user"}]}, "messages[0].content"),
+        (
+            {"messages": [{"role": "assistant"}, {"role": "system", "content": None}]},
+            "messages[1].content",
+        ),
         ({"messages": [{"role": "user", "content": "x"}] * (MAX_MESSAGES + 1)}, "messages"),
         ({"prompt": "a", "max_tokens": 0}, "max_tokens"),
         ({"prompt": "a", "max_new_tokens": True}, "max_new_tokens"),
@@ -92,3 +97,10 @@ def test_default_penalties_and_bias_change_nothing() -> None:
     assert request == GenerationRequest(prompt="a")
     assert not request.adjusts_logits
     assert "logit_bias" not in request.to_json()
+
+
+def test_only_an_assistant_message_may_come_without_content() -> None:
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "tool_calls": []}]
+    assert from_object({"messages": messages}).messages == (
+        {"role": "user", "content": "hi"}, {"role": "assistant", "content": ""},
+    )  # fmt: skip

@@ -174,8 +174,12 @@ def _message(message: Any, idx: int) -> dict[str, str]:
     if role not in ROLES:
         raise RequestError(f"{where}.role must be one of {', '.join(ROLES)}; got {role!r:.40}.",
                            f"{where}.role")  # fmt: skip
+    content = message.get("content")
+    if content is None and role != "assistant":  # an assistant's may be only tool calls
+        raise RequestError(f"{where}.content is required for the {role} role.",
+                           f"{where}.content")  # fmt: skip
     return {"role": "system" if role == "developer" else str(role),
-            "content": _content(message.get("content"), where)}  # fmt: skip
+            "content": _content(content, where)}  # fmt: skip
 
 
 def _content(content: Any, where: str) -> str:

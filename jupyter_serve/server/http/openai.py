@@ -191,7 +191,7 @@ class OpenAIWriter(HandlerWriter):
             whole = self.answer_.whole("".join(self.parts), self.finish_reason)
             self.finish(json.dumps(whole).encode())
             return
-        self.event(self.answer_.chunk("", self.finish_reason))
+        self.event(self.answer_.last_chunk(self.finish_reason))
         if self.answer_.request.include_usage:
             self.event(self.answer_.usage_chunk())
         self.finish(b"data: [DONE]\n\n")

@@ -71,7 +71,11 @@ def read_openai(body: Any, chat: bool) -> OpenAIRequest:
     stream = body.get("stream") or False
     if not isinstance(stream, bool):
         raise OpenAIBadRequest("'stream' must be true or false.", "stream")
-    options = body.get("stream_options") or {}
+    options = body.get("stream_options")
+    if options is not None and not stream:
+        raise OpenAIBadRequest("'stream_options' is only allowed when 'stream' is true.",
+                               "stream_options")  # fmt: skip
+    options = options or {}
     if not isinstance(options, Mapping):
         raise OpenAIBadRequest("'stream_options' must be an object.", "stream_options")
     fields = {name: body.get(name) for name in PASSED_ON}
@@ -138,6 +142,13 @@ class Answer:
         body = {**head, "choices": [choice]}
         if self.request.include_usage:
             body["usage"] = None
+        return body
+
+    def last_chunk(self, finish_reason: str | None) -> dict[str, Any]:
+        """The streamed chunk with the finish reason: no text (chat: an empty delta)."""
+        body = self.chunk("", finish_reason)
+        if self.request.chat:
+            body["choices"][0]["delta"] = {}
         return body
 
     def usage_chunk(self) -> dict[str, Any]:
