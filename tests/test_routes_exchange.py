@@ -447,4 +447,4 @@ async def test_a_path_that_is_not_utf8_is_tornados_400_on_every_transport(
         client.send("POST", "serve/predictions/probe/%FF", b"x")
         status, headers, body = await client.answer()
     assert (status, headers["content-type"]) == (400, "application/json")
-    assert body == error_json(400, "InternalServerException", "Invalid unicode in url: b'\\xff'")
+    assert body == error_json(400, "BadRequestException", "Invalid unicode in url: b'\\xff'")

@@ -27,9 +27,10 @@ from route_models import (
 from tornado.httpclient import HTTPResponse
 
 from jupyter_serve.server.http.admission import fast_path_applies
+from jupyter_serve.server.http.requests import NO_CACHE_HEADERS
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
-SAME_HEADERS = ("Content-Type", "dummy")
+SAME_HEADERS = ("Content-Type", "dummy", *NO_CACHE_HEADERS, "Etag")
 RAW = {"Content-Type": "application/octet-stream"}
 
 
@@ -85,6 +86,28 @@ async def test_fast_and_full_paths_answer_alike(
     )
     assert summary(fast) == summary(full)
     assert fast.headers["x-request-id"] != full.headers["x-request-id"]
+
+
+async def test_every_answer_carries_torchserves_no_cache_headers_and_is_never_a_304(
+    jp_fetch: Fetch, jp_serverapp: Any
+) -> None:
+    await register(jp_serverapp)
+    token = jp_serverapp.identity_provider.token
+    answers = await both_paths(jp_fetch, token, "serve", "predictions", "probe",
+                               method="POST", body="x")  # fmt: skip
+    answers += await both_paths(jp_fetch, token, "serve", "predictions", "nobody",
+                                method="POST", body="x")  # fmt: skip
+    for route in ("ping", "models"):  # tornado answered If-None-Match: * with a bare 304
+        answers.append(await answer(jp_fetch, "serve", route, headers={"If-None-Match": "*"}))
+    codes = [response.code for response in answers]
+    assert codes == [200, 200, 404, 404, 200, 200]
+    for response in answers:
+        assert {name: response.headers.get(name) for name in NO_CACHE_HEADERS} == {
+            "Pragma": "no-cache",
+            "Cache-Control": "no-cache; no-store, must-revalidate, private",
+            "Expires": "Thu, 01 Jan 1970 00:00:00 UTC",
+        }
+        assert "Etag" not in response.headers
 
 
 async def test_explanations_set_the_explain_header(jp_fetch: Fetch, jp_serverapp: Any) -> None:

@@ -22,6 +22,7 @@ from route_models import BROWSER_ORIGIN, STREAM, cors_server_config, register, s
 from jupyter_serve.server.http.lane import Lane, PrefixedIOStream
 from jupyter_serve.server.http.lane_connection import LaneProtocol
 from jupyter_serve.server.http.lane_http import LaneRequest, NotForTheLane
+from jupyter_serve.server.http.requests import NO_CACHE_HEADERS
 
 
 @pytest.fixture
@@ -331,11 +332,15 @@ async def test_the_lane_writes_the_handlers_status_and_headers_as_the_full_route
     lane_head, full_head = heads
     full_lines = full_head.split(b"\r\n")
     assert full_lines[0] == b"HTTP/1.1 201 Made"
-    for line in (b"Content-Type: text/x-first", b"X-B: 2", b"X-A: 3", b"Content-Length: 4"):
+    no_cache = [f"{name}: {value}".encode() for name, value in NO_CACHE_HEADERS.items()]
+    for line in (b"Content-Type: text/x-first", b"X-B: 2", b"X-A: 3", b"Content-Length: 4",
+                 *no_cache):  # fmt: skip
         assert line in full_lines
     assert lane_head == (
         b"HTTP/1.1 201 Made\r\nContent-Type: text/x-first\r\nX-B: 2\r\nX-A: 3\r\n"
-        b"X-Request-Id: ID\r\nContent-Length: 4\r\n\r\n"
+        b"X-Request-Id: ID\r\n"
+        + b"".join(line + b"\r\n" for line in no_cache)
+        + b"Content-Length: 4\r\n\r\n"
     )  # names in Http-Header-Case; a later x-a replaces X-A in its place
 
 

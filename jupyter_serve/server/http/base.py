@@ -7,9 +7,10 @@ the token (header, Bearer, `?token=`) or a cookie with XSRF is required. Any
 errors (a wrong verb, a malformed request) are mapped the same way. A 405 also
 carries an `Allow` header naming the methods the route answers (TRACE never).
 
-Every response, errors included, carries TorchServe's `x-request-id` header:
-`set_default_headers` runs again whenever tornado clears the response for an
-error, so the id survives `send_error`.
+Every response, errors included, carries TorchServe's `x-request-id` header and its
+no-cache headers (`NO_CACHE_HEADERS`; no `ETag`, so never a 304): `set_default_headers`
+runs again whenever tornado clears the response for an error, so they survive
+`send_error`.
 
 Inference keys (`jupyter_serve.server.keys`, the store in `settings["serve_keys"]`): a
 route's `identity_provider` and `authorizer` are the server's own, wrapped. A request
@@ -49,7 +50,7 @@ from tornado import web
 from tornado.httputil import HTTPServerRequest
 
 from jupyter_serve.server.http.access import EXECUTE, RESOURCE
-from jupyter_serve.server.http.requests import new_request_id
+from jupyter_serve.server.http.requests import NO_CACHE_HEADERS, new_request_id
 from jupyter_serve.server.keys import KeyInfo, KeyStore, bearer_key
 from jupyter_serve.server.metrics.serve_metrics import ServeMetrics
 from jupyter_serve.server.registry import ModelRegistry
@@ -164,6 +165,11 @@ class ServeRoute(ExtensionHandlerMixin, APIHandler):
     def set_default_headers(self) -> None:
         super().set_default_headers()
         self.set_header("x-request-id", self.request_id)
+        for name, value in NO_CACHE_HEADERS.items():
+            self.set_header(name, value)
+
+    def compute_etag(self) -> None:
+        """No `ETag`, so never a 304: TorchServe's answers are not to be cached."""
 
     async def prepare(self) -> None:  # type: ignore[override]
         """jupyter_server's checks first (host, auth, XSRF, origin), then 413 for a body over

@@ -28,7 +28,11 @@ from tornado import iostream
 
 from jupyter_serve.server.http.exchange import Exchange, Job
 from jupyter_serve.server.http.lane_http import LaneRequest, header_case
-from jupyter_serve.server.http.requests import new_request_id, to_inference_request
+from jupyter_serve.server.http.requests import (
+    NO_CACHE_HEADERS,
+    new_request_id,
+    to_inference_request,
+)
 from jupyter_serve.wire.errors import ServeError
 from jupyter_serve.wire.logsafe import scrub_uri
 from jupyter_serve.wire.protocol import InferenceResult
@@ -91,6 +95,7 @@ class LaneWriter:
     def begin(self, result: InferenceResult) -> None:
         headers = result_headers(result)
         headers["X-Request-Id"] = self.request_id
+        headers.update(NO_CACHE_HEADERS)
         self.sent = True
         try:  # asyncio's TCP transports send each chunk at once (TCP_NODELAY)
             self.connection.send_head(result.status, reason_of(result.status, result.reason),
@@ -122,6 +127,7 @@ class LaneWriter:
         """A whole answer, with its Content-Length."""
         self.connection.set_close_callback(None)
         headers["X-Request-Id"] = self.request_id
+        headers.update(NO_CACHE_HEADERS)
         headers["Content-Length"] = str(len(body))
         self.sent = True
         try:

@@ -44,6 +44,14 @@ _ID_PREFIX = f"{secrets.randbits(32):08x}-{secrets.randbits(16):04x}-4{secrets.r
 _ID_COUNTER = itertools.count(secrets.randbits(62))
 
 
+# What TorchServe's frontend sends on every answer, so that no browser or proxy caches one.
+NO_CACHE_HEADERS = {
+    "Pragma": "no-cache",
+    "Cache-Control": "no-cache; no-store, must-revalidate, private",
+    "Expires": "Thu, 01 Jan 1970 00:00:00 UTC",
+}
+
+
 def new_request_id() -> str:
     """A request id as TorchServe formats them: an RFC 4122 version-4 UUID string.
 
