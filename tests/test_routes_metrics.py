@@ -54,6 +54,27 @@ async def test_an_unregistered_models_dashboard_figures_are_dropped(
     assert await dashboard_models() == []
 
 
+async def test_a_prediction_for_an_unknown_model_counts_as_a_4xx(
+    jp_fetch: Fetch, jp_serverapp: Any
+) -> None:
+    """TorchServe counts every inference answer's status class, an unknown model's 404 too."""
+
+    async def count() -> float:
+        response = await jp_fetch("serve", "metrics", params={"name[]": "Requests4XX"})
+        found = re.search(r"^Requests4XX\{.*\} (\S+)$", response.body.decode(), re.M)
+        return float(found.group(1)) if found else 0.0
+
+    before = await count()
+    token = jp_serverapp.identity_provider.token
+    by_query = {"headers": {"Authorization": ""}, "params": {"token": token}}
+    for transport in ({}, by_query):  # the lane; tornado's route (the lane leaves ?token=)
+        with pytest.raises(HTTPClientError) as missing:
+            await jp_fetch("serve", "predictions", "nobody", method="POST", body=b"x",
+                           **transport)  # fmt: skip
+        assert missing.value.code == 404
+    assert await count() == before + 2
+
+
 async def test_name_filter_selects_families(jp_fetch: Fetch) -> None:
     response = await jp_fetch("serve", "metrics", params={"name[]": "Requests2XX"})  # one name
     text = response.body.decode()

@@ -19,7 +19,8 @@ An `Exchange` takes a request through TorchServe's steps and answers it once:
    is cut);
 6. a client that leaves cancels its request (the batcher skips it) and gets nothing;
 7. every answer sent after the model was found is counted in the metrics with its
-   status (a dropped answer or a departed client is not).
+   status (a dropped answer or a departed client is not); one sent before (an unknown
+   model's 404) counts in its status class alone (`Requests4XX`), as in TorchServe.
 
 It writes through a `Writer`, one per transport: `server/http/inference.py` has the one
 over a tornado `RequestHandler` (the full routes, which keep jupyter_server's headers and
@@ -262,6 +263,8 @@ class Exchange:
     def _answered(self, status: int, queue_ms: float) -> None:
         if self.served is not None:
             self.served.record(status, queue_ms)
+        else:  # no model version took it (404, a bad request): its status class alone
+            self.settings["serve_metrics"].record_status(status)
         self._end()
 
     def _end(self) -> None:

@@ -120,21 +120,26 @@ class ServeMetrics:
         so they line up with the batches of that version.
         """
         labels = (model, version or "default", self.hostname)
-        requests, latency, queue, by_class, worker_time = self._request_families
+        requests, latency, queue, _, worker_time = self._request_families
         if requests is not None:
             requests.add(labels, 1.0)
         if latency is not None:
             latency.add(labels, latency_us)
         if queue is not None:
             queue.add(labels, queue_us)
-        family = by_class.get(status // 100)
-        if family is not None:
-            family.add(self._host_labels, 1.0)
+        self.record_status(status)
         if worker_time is not None:
             worker_time.add(self._host_labels, max(0.0, latency_us - queue_us) / 1000)
         with self._lock:
             stats = self._stats(model, served_version or version or "default")
             stats.add_request(status, latency_us / 1000, self._clock())
+
+    def record_status(self, status: int) -> None:
+        """An inference answer's status class (`Requests2XX`/`4XX`/`5XX`), including those
+        no model version took (an unknown model's 404), which TorchServe counts too."""
+        family = self._request_families[3].get(status // 100)
+        if family is not None:
+            family.add(self._host_labels, 1.0)
 
     def record_batch(
         self,
