@@ -54,8 +54,32 @@ async def test_models_lists_the_language_models(
     await register(jp_serverapp, "probe")  # not a language model: not listed
     async with client_for() as client:
         listed = await client.models.list()
+        retrieved = [await client.models.retrieve(model.id) for model in listed.data]
+        with pytest.raises(openai.NotFoundError):
+            await client.models.retrieve("nothing")
     assert [model.id for model in listed.data] == ["tinylm", "tinylm/1.0"]
     assert {model.owned_by for model in listed.data} == {"jupyter_serve"}
+    assert [model.model_dump(exclude={"name", "ready"}) for model in retrieved] == \
+        [model.model_dump() for model in listed.data]  # fmt: skip
+
+
+async def test_retrieving_a_model_keeps_kserve_v1_readiness(
+    jp_fetch: Any, jp_serverapp: Any, tiny_lm: Path, client_for: Any
+) -> None:
+    """`GET v1/models/{m}` is KServe v1's readiness: a language model's answer adds
+    OpenAI's fields; another model's is KServe's alone, and no "name/version" id (the
+    client sends `name%2Fversion`) finds it."""
+    await serve_lm(jp_serverapp, tiny_lm)
+    await register(jp_serverapp, "probe")
+    answers = [await jp_fetch("serve", "v1", "models", name) for name in ("tinylm", "probe")]
+    tinylm, probe = (json.loads(answer.body) for answer in answers)
+    assert tinylm == {"name": "tinylm", "ready": True, "id": "tinylm", "object": "model",
+                      "created": tinylm["created"], "owned_by": "jupyter_serve"}  # fmt: skip
+    assert probe == {"name": "probe", "ready": True}
+    async with client_for() as client:
+        for unknown in ("probe/1.0", "tinylm/9.9", "tinylm/", "nothing"):
+            with pytest.raises(openai.NotFoundError):
+                await client.models.retrieve(unknown)
 
 
 async def test_chat_at_temperature_0_answers_what_generate_answers(

@@ -59,6 +59,7 @@ from jupyter_serve.server.http.base import (
 )
 from jupyter_serve.server.http.exchange import Job, Writer
 from jupyter_serve.server.http.inference import HandlerWriter, InferenceRoute
+from jupyter_serve.server.http.openai import retrieve_model
 from jupyter_serve.server.http.requests import raw_body_request, to_inference_request
 from jupyter_serve.server.registry import Model
 from jupyter_serve.wire.errors import ResourceNotFound, ServeError
@@ -179,7 +180,13 @@ class ModelReadyRoute(KServeErrors):
 
 class V1ModelReadyRoute(ModelReadyRoute):
     """`GET v1/models/{m}`: TorchServe's KServe v1 readiness, true once the model has
-    workers at all (starting ones included), as its management API answers it."""
+    workers at all (starting ones included), as its management API answers it; a language
+    model's answer also carries OpenAI's model object (openai.py, `models.retrieve`)."""
+
+    @allow(READ)
+    def get(self, name: str) -> None:
+        model, openai_fields = retrieve_model(self.registry, name)
+        self.write_json({**openai_fields, "name": name, "ready": self.ready(model)})
 
     def ready(self, model: Model) -> bool:
         return model.pool.worker_count > 0

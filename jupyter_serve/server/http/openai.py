@@ -1,7 +1,9 @@
 """OpenAI-compatible routes under `{base_url}serve/v1/`: models, completions, chat completions.
 
 `GET v1/models` lists the served language models (handler `causal_lm`), each version as
-"name/version" beside its default "name".
+"name/version" beside its default "name". `GET v1/models/{id}` is KServe v1's readiness
+route (kserve.py, as in TorchServe); for a language model its answer also carries OpenAI's
+model object (`retrieve_model`), so `client.models.retrieve(id)` works.
 `POST v1/completions` and `v1/chat/completions` read the request (server/http/
 openai_format.py: checked before anything is queued) and send it to the model as one
 prediction, through the same `Exchange` as `predictions/{m}` (404, 503, the model's queue
@@ -33,11 +35,17 @@ from jupyter_serve.server.http.openai_format import (
     error_json,
     read_openai,
 )
-from jupyter_serve.server.registry import Model
-from jupyter_serve.wire.errors import RequestTooLarge, ServeError
+from jupyter_serve.server.registry import Model, ModelRegistry
+from jupyter_serve.wire.errors import ModelNotFound, RequestTooLarge, ServeError
 from jupyter_serve.wire.protocol import InferenceRequest, InferenceResult, Parameter
 
-__all__ = ["ROUTES", "ChatCompletionsRoute", "CompletionsRoute", "OpenAIModelsRoute"]
+__all__ = [
+    "ROUTES",
+    "ChatCompletionsRoute",
+    "CompletionsRoute",
+    "OpenAIModelsRoute",
+    "retrieve_model",
+]
 
 MAX_BODY = 1 << 20
 LANGUAGE_HANDLERS = frozenset({"causal_lm"})
@@ -47,6 +55,30 @@ _UNREAD = object()
 
 def is_language_model(model: Model) -> bool:
     return model.spec.handler in LANGUAGE_HANDLERS
+
+
+def model_object(model_id: str, model: Model) -> dict[str, Any]:
+    """OpenAI's model object for a language model (or one of its versions)."""
+    return {"id": model_id, "object": "model", "created": int(model.registered_at),
+            "owned_by": "jupyter_serve"}  # fmt: skip
+
+
+def retrieve_model(registry: ModelRegistry, model_id: str) -> tuple[Model, dict[str, Any]]:
+    """`GET v1/models/{model_id}` (KServe v1's readiness, kserve.py): the model, and for a
+    language model OpenAI's model object, as `v1/models` lists it, to answer beside KServe's
+    "name" and "ready" ({} for other models). A "name/version" id names a language model's
+    version; anything else is the same 404 as before."""
+    name, slash, version = model_id.partition("/")
+    if not slash:
+        model = registry.get(name)
+        return model, model_object(model_id, model) if is_language_model(model) else {}
+    try:
+        versioned = registry.get(name, version) if version else None
+    except ServeError:
+        versioned = None
+    if versioned is None or not is_language_model(versioned):
+        raise ModelNotFound(f"Model not found: {model_id}")
+    return versioned, model_object(model_id, versioned)
 
 
 class OpenAIRoute(InferenceRoute):
@@ -91,7 +123,7 @@ class OpenAIRoute(InferenceRoute):
 
 class OpenAIModelsRoute(OpenAIRoute):
     """`GET v1/models`: the served language models. (`v1/models/{m}` is KServe v1's
-    readiness, kserve.py, as TorchServe answers it.)"""
+    readiness, kserve.py, as TorchServe answers it, with `retrieve_model`'s fields.)"""
 
     @allow(EXECUTE)
     def get(self) -> None:
@@ -105,12 +137,8 @@ class OpenAIModelsRoute(OpenAIRoute):
             for model in versions:
                 ids = [name, f"{name}/{model.version}"] if model.version == default \
                     else [f"{name}/{model.version}"]  # fmt: skip
-                entries += [self.entry(model_id, model) for model_id in ids]
+                entries += [model_object(model_id, model) for model_id in ids]
         return entries
-
-    def entry(self, model_id: str, model: Model) -> dict[str, Any]:
-        return {"id": model_id, "object": "model", "created": int(model.registered_at),
-                "owned_by": "jupyter_serve"}  # fmt: skip
 
 
 class CompletionRoute(OpenAIRoute):
