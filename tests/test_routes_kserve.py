@@ -246,8 +246,7 @@ async def test_v2_server_routes(jp_fetch: Fetch, jp_serverapp: Any) -> None:
     ready = await jp_fetch("serve", "v2", "health", "ready")
     assert json.loads(ready.body) == {"ready": True}
     meta = json.loads((await jp_fetch("serve", "v2")).body)
-    assert meta["name"] == "Torchserve"
-    assert meta["extenstion"] == ["kserve", "kubeflow"]
+    assert meta == {"name": "Torchserve", "version": "0.12.0", "extenstion": ["kserve", "kubeflow"]}
     model = json.loads((await jp_fetch("serve", "v2", "models", "probe")).body)
     assert model["name"] == "probe"
     assert model["versions"] == ["1.0"]

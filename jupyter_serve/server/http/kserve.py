@@ -50,7 +50,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from jupyter_serve._version import __version__
+from jupyter_serve._version import TORCHSERVE_VERSION
 from jupyter_serve.server.http.access import EXECUTE, READ, allow
 from jupyter_serve.server.http.base import (
     DEFAULT_MAX_REQUEST_SIZE,
@@ -210,7 +210,11 @@ class ServerMetadataRoute(KServeErrors):
     @allow(READ)
     def get(self) -> None:
         self.write_json(
-            {"name": "Torchserve", "version": __version__, "extenstion": ["kserve", "kubeflow"]}
+            {
+                "name": "Torchserve",
+                "version": TORCHSERVE_VERSION,
+                "extenstion": ["kserve", "kubeflow"],
+            }
         )
 
 

@@ -2,4 +2,6 @@
 
 from __future__ import annotations
 
-__version__ = "0.12.0"
+from jupyter_serve._version import TORCHSERVE_VERSION
+
+__version__ = TORCHSERVE_VERSION
