@@ -75,6 +75,13 @@ async def test_a_prediction_for_an_unknown_model_counts_as_a_4xx(
     assert await count() == before + 2
 
 
+async def test_ping_and_metrics_answer_below_their_path_as_torchserve(jp_fetch: Fetch) -> None:
+    for path in (("ping", ""), ("ping", "x"), ("ping", "x", "y")):
+        assert json.loads((await jp_fetch("serve", *path)).body) == {"status": "Healthy"}
+    for path in (("metrics", ""), ("metrics", "x")):
+        assert b"# TYPE Requests2XX counter" in (await jp_fetch("serve", *path)).body
+
+
 async def test_name_filter_selects_families(jp_fetch: Fetch) -> None:
     response = await jp_fetch("serve", "metrics", params={"name[]": "Requests2XX"})  # one name
     text = response.body.decode()

@@ -183,7 +183,7 @@ class PingRoute(ServeRoute):
 
 
 ROUTES: list[tuple[str, type[Any]]] = [
-    (r"ping", PingRoute),
+    (r"ping(?:/.*)?", PingRoute),  # TorchServe answers ping/ and ping/anything too
     (r"predictions" + MODEL_PATH, PredictionRoute),
     (r"explanations" + MODEL_PATH, ExplanationRoute),
 ]

@@ -30,5 +30,5 @@ class MetricsRoute(ServeRoute):
 
 
 ROUTES: list[tuple[str, type[Any]]] = [
-    (r"metrics", MetricsRoute),
+    (r"metrics(?:/.*)?", MetricsRoute),  # TorchServe answers metrics/anything too
 ]
