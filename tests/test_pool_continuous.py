@@ -352,5 +352,11 @@ def test_a_request_queued_while_a_place_is_free_joins_the_next_step(tmp_path: Pa
         return recorder
 
     recorder = run(scenario())
-    assert recorder.bodies("r1")[:4] == ["r1 5 r1", "r1 4 r1", "r1 3 r1,r2", "r1 2 r1,r2"]
+    r1 = recorder.bodies("r1")
+    joined = next(step for step, body in enumerate(r1) if body.endswith(",r2"))
+    # the worker usually runs step 2 already when r2 comes (it joins step 3); on a busy
+    # machine it may not have started it yet (step 2). Never later: not once 2 answered.
+    assert joined in (1, 2), r1
+    assert r1[: joined + 2] == [*["r1 5 r1", "r1 4 r1"][:joined], *(
+        f"r1 {left} r1,r2" for left in (5 - joined, 4 - joined))]  # fmt: skip
     assert recorder.bodies("r2") == ["r2 1 r1,r2", "r2 0 r1,r2"]
