@@ -235,20 +235,30 @@ _SAMPLING = {
     "frequency_penalty": {"type": "number", "minimum": -2, "maximum": 2},
     "presence_penalty": {"type": "number", "minimum": -2, "maximum": 2},
     "stream": {"type": "boolean"},
+}
+_STREAMED = {  # stream_options only with stream true (OpenAI's 400 otherwise)
+    "stream": {"type": "boolean", "enum": [True]},
     "stream_options": {"type": "object", "properties": {"include_usage": {"type": "boolean"}}},
 }
-_MESSAGE = {
-    "type": "object", "required": ["role"], "additionalProperties": False,
-    "properties": {"role": {"enum": ["system", "user", "assistant", "developer", "tool"]},
-                   "content": _TEXT},
-}  # fmt: skip
+_MESSAGE = {"anyOf": [  # content required but in an assistant's message
+    {"type": "object", "required": ["role", "content"], "additionalProperties": False,
+     "properties": {"role": {"enum": ["system", "user", "developer", "tool"]},
+                    "content": _TEXT}},
+    {"type": "object", "required": ["role"], "additionalProperties": False,
+     "properties": {"role": {"enum": ["assistant"]}, "content": _TEXT}},
+]}  # fmt: skip
 
 
 def openai_body(text: dict[str, Any]) -> dict[str, Any]:
     """OpenAI's request object with `text` (prompt or messages) and the sampling fields."""
     (name,) = text
-    schema = {"type": "object", "required": ["model", name], "additionalProperties": False,
-              "properties": {**_SAMPLING, **text}}  # fmt: skip
+
+    def shape(*required: str, **more: Any) -> dict[str, Any]:
+        return {"type": "object", "required": ["model", name, *required],
+                "additionalProperties": False,
+                "properties": {**_SAMPLING, **more, **text}}  # fmt: skip
+
+    schema = {"anyOf": [shape(), shape("stream", "stream_options", **_STREAMED)]}
     return {"description": "OpenAI's request object.", "required": True,
             "content": {"application/json": {"schema": schema}}}  # fmt: skip
 
