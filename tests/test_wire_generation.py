@@ -76,6 +76,16 @@ def test_a_json_body_and_its_round_trip() -> None:
             {"prompt": "a", "logit_bias": {str(i): 1 for i in range(MAX_LOGIT_BIAS + 1)}},
             "logit_bias",
         ),
+        # found by an attack audit: each was a 500 or a 503 with a traceback
+        ({"prompt": "a", "temperature": 10**400}, "temperature"),
+        ({"prompt": "a", "top_p": -(10**400)}, "top_p"),
+        ({"prompt": "a\ud800"}, "prompt"),
+        ({"messages": [{"role": "user", "content": "\udfff"}]}, "messages[0].content"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "text", "text": "\ud800"}]}]},
+            "messages[0].content",
+        ),
+        ({"prompt": "a", "stop": ["\ud800"]}, "stop"),
     ],
 )
 def test_refusals_name_the_field(body: dict[str, Any], param: str) -> None:
@@ -85,7 +95,11 @@ def test_refusals_name_the_field(body: dict[str, Any], param: str) -> None:
     assert refused.value.to_json()["code"] == 400
 
 
-@pytest.mark.parametrize("raw", [b"\xff\xfe", b'{"prompt": ', b'{"p": ' + b"[" * 100_000])
+@pytest.mark.parametrize(
+    "raw",
+    [b"\xff\xfe", b'{"prompt": ', b'{"p": ' + b"[" * 100_000, b'{"prompt": "\\ud800"}',
+     b'{"prompt": "x", "temperature": 1' + b"0" * 400 + b"}"],
+)  # fmt: skip
 def test_undecodable_bodies_are_refused(raw: bytes) -> None:
     with pytest.raises(RequestError):
         read_request({"body": bytearray(raw)})

@@ -155,7 +155,7 @@ def _prompt(prompt: Any) -> str:
         prompt = prompt[0]  # OpenAI accepts a list of prompts; one is one
     if not isinstance(prompt, str):
         raise RequestError("'prompt' must be a string.", "prompt")
-    return prompt
+    return _unicode(prompt, "prompt")
 
 
 def _messages(messages: Any) -> tuple[dict[str, str], ...]:
@@ -185,11 +185,11 @@ def _message(message: Any, idx: int) -> dict[str, str]:
 def _content(content: Any, where: str) -> str:
     """A message's text: a string, or OpenAI's list of `{"type": "text", "text"}` parts."""
     if isinstance(content, str):
-        return content
+        return _unicode(content, f"{where}.content")
     if content is None:
         return ""
     if isinstance(content, list) and all(_is_text_part(part) for part in content):
-        return "".join(str(part["text"]) for part in content)
+        return _unicode("".join(str(part["text"]) for part in content), f"{where}.content")
     raise RequestError(f"{where}.content must be text (a string or text parts).",
                        f"{where}.content")  # fmt: skip
 
@@ -216,7 +216,8 @@ def _number(body: Mapping[str, Any], name: str, default: float, low: float, high
     value = body.get(name)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            (isinstance(value, float) and not math.isfinite(value)):  # fmt: skip
         raise RequestError(f"'{name}' must be a number; got {value!r:.40}.", name)
     if value > high or value < low or (open_low and value == low):
         side = "above" if open_low else "at least"
@@ -242,7 +243,19 @@ def _stop(value: Any) -> tuple[str, ...]:
     if len(stops) > MAX_STOP or any(len(s) > MAX_STOP_CHARS for s in stops):
         raise RequestError(f"'stop' takes at most {MAX_STOP} sequences of at most "
                            f"{MAX_STOP_CHARS} characters.", "stop")  # fmt: skip
-    return tuple(stops)
+    return tuple(_unicode(stop, "stop") for stop in stops)
+
+
+def _unicode(text: str, param: str) -> str:
+    """`text`, refused when it holds an unpaired surrogate (JSON lets a client send
+    "\\ud800"), which no tokenizer takes and no UTF-8 answer can carry."""
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise RequestError(f"'{param}' is not valid Unicode (an unpaired surrogate).",
+                               param) from None  # fmt: skip
+    return text
 
 
 def _logit_bias(value: Any) -> tuple[tuple[int, float], ...]:
