@@ -19,6 +19,7 @@ from traitlets import Bool, Dict, Float, HasTraits, Int, List, Unicode, default
 
 from jupyter_serve.archive import ExtractLimits
 from jupyter_serve.server.registry.sources import MAX_DOWNLOAD_SIZE
+from jupyter_serve.wire.errors import DEFAULT_MAX_REQUEST_SIZE
 from jupyter_serve.wire.oip import DEFAULT_MAX_TENSOR_ELEMENTS
 
 
@@ -74,7 +75,9 @@ class ServeAppTraits(HasTraits):
     )
     startup_timeout = Float(120.0, config=True, help="Default startupTimeout, in seconds.")
     max_request_size = Int(
-        6553500, config=True, help="Largest request body in bytes; larger gets 413."
+        DEFAULT_MAX_REQUEST_SIZE,
+        config=True,
+        help="Largest request body in bytes; larger gets 413.",
     )
     job_queue_size = Int(100, config=True, help="Requests queued per model before 503.")
     max_tensor_elements = Int(

@@ -142,6 +142,9 @@ class ConflictStatus(ServeError):
     error_type = "ConflictStatusException"
 
 
+DEFAULT_MAX_REQUEST_SIZE = 6553500  # bytes: TorchServe's max_request_size, and ServeApp's
+
+
 class RequestTooLarge(ServeError):
     """The request body exceeds `max_request_size` (Netty's aggregator answers 413), or its
     tensors `max_tensor_elements`."""

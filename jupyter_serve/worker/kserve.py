@@ -34,7 +34,12 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from jupyter_serve.wire.errors import BadRequest, RequestTooLarge, ServeError
+from jupyter_serve.wire.errors import (
+    DEFAULT_MAX_REQUEST_SIZE,
+    BadRequest,
+    RequestTooLarge,
+    ServeError,
+)
 from jupyter_serve.wire.oip import BINARY_HEADER, BINARY_TYPE, DEFAULT_MAX_TENSOR_ELEMENTS
 from jupyter_serve.wire.protocol import KSERVE_HEADER, InferenceRequest, InferenceResult
 from jupyter_serve.worker.failures import error_result, format_traceback
@@ -53,7 +58,6 @@ from jupyter_serve.worker.kserve_outputs import TENSOR_HEADER
 
 __all__ = ["Forwarded", "expand", "inflate"]
 
-DEFAULT_MAX_BYTES = 6553500  # TorchServe's max_request_size (the server sends its own)
 WBITS = {"gzip": 31, "x-gzip": 31, "deflate": 15}  # zlib's wbits: gzip, zlib format
 
 
@@ -65,7 +69,8 @@ class Settings:
     room: int
     max_elements: int
     model: tuple[str, str]  # (name, version) that answers a v2 request
-    max_bytes: int = DEFAULT_MAX_BYTES  # a compressed body's most bytes, decompressed
+    max_bytes: int = DEFAULT_MAX_REQUEST_SIZE  # a compressed body's most bytes, decompressed
+    # (the server sends its own max_request_size)
 
     @classmethod
     def read(cls, text: str) -> Settings:
@@ -75,7 +80,7 @@ class Settings:
             return cls(str(value["protocol"]), int(value["room"]),
                        int(value.get("max_elements", DEFAULT_MAX_TENSOR_ELEMENTS)),
                        (str(name), str(version)),
-                       int(value.get("max_bytes", DEFAULT_MAX_BYTES)))  # fmt: skip
+                       int(value.get("max_bytes", DEFAULT_MAX_REQUEST_SIZE)))  # fmt: skip
         except (ValueError, KeyError, TypeError) as exc:
             raise BadRequest(f"Malformed {KSERVE_HEADER} header: {exc}") from None
 

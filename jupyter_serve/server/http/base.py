@@ -55,6 +55,7 @@ from jupyter_serve.server.keys import KeyInfo, KeyStore, bearer_key
 from jupyter_serve.server.metrics.serve_metrics import ServeMetrics
 from jupyter_serve.server.registry import ModelRegistry
 from jupyter_serve.wire.errors import (
+    DEFAULT_MAX_REQUEST_SIZE,
     BadRequest,
     Forbidden,
     MethodNotAllowed,
@@ -124,9 +125,6 @@ class KeyAuthorizer:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.authorizer, name)
-
-
-DEFAULT_MAX_REQUEST_SIZE = 6553500  # TorchServe's max_request_size
 
 
 def request_size_error(

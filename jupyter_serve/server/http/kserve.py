@@ -52,17 +52,13 @@ from typing import Any
 
 from jupyter_serve._version import TORCHSERVE_VERSION
 from jupyter_serve.server.http.access import EXECUTE, READ, allow
-from jupyter_serve.server.http.base import (
-    DEFAULT_MAX_REQUEST_SIZE,
-    NOT_FOUND_MESSAGE,
-    ServeRoute,
-)
+from jupyter_serve.server.http.base import NOT_FOUND_MESSAGE, ServeRoute
 from jupyter_serve.server.http.exchange import Job, Writer
 from jupyter_serve.server.http.inference import HandlerWriter, InferenceRoute
 from jupyter_serve.server.http.openai import retrieve_model
 from jupyter_serve.server.http.requests import raw_body_request, to_inference_request
 from jupyter_serve.server.registry import Model
-from jupyter_serve.wire.errors import ResourceNotFound, ServeError
+from jupyter_serve.wire.errors import DEFAULT_MAX_REQUEST_SIZE, ResourceNotFound, ServeError
 from jupyter_serve.wire.oip import DEFAULT_MAX_TENSOR_ELEMENTS
 from jupyter_serve.wire.protocol import KSERVE_HEADER, InferenceResult
 
