@@ -60,8 +60,8 @@ class ServeError(Exception):
         return body
 
     def body(self) -> bytes:
-        """`to_json` as TorchServe writes it: pretty-printed (indent 2), a final newline."""
-        return (json.dumps(self.to_json(), indent=2) + "\n").encode()
+        """`to_json` as TorchServe writes it (`torchserve_json`)."""
+        return torchserve_json(self.to_json())
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.message!r}, status_code={self.status_code})"
@@ -140,6 +140,12 @@ class RequestTimeout(ServeError):
 class ConflictStatus(ServeError):
     status_code = 409
     error_type = "ConflictStatusException"
+
+
+def torchserve_json(value: Any) -> bytes:
+    """JSON as TorchServe answers it (and `ServeRoute.write_json` writes it): indent 2 and
+    a trailing newline."""
+    return (json.dumps(value, indent=2) + "\n").encode()
 
 
 DEFAULT_MAX_REQUEST_SIZE = 6553500  # bytes: TorchServe's max_request_size, and ServeApp's

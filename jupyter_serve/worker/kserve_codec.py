@@ -25,7 +25,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from jupyter_serve.wire.errors import BadRequest, queue_full
+from jupyter_serve.wire.errors import BadRequest, queue_full, torchserve_json
 from jupyter_serve.wire.oip import (
     BINARY_TYPE,
     BinaryDataError,
@@ -222,9 +222,3 @@ def output_value(body: bytes) -> Any:
         return body.decode("utf-8")
     except UnicodeDecodeError:
         return base64.b64encode(body).decode("ascii")
-
-
-def torchserve_json(value: Any) -> bytes:
-    """JSON as TorchServe answers it (and `ServeRoute.write_json` writes it): indent 2 and
-    a trailing newline."""
-    return (json.dumps(value, indent=2) + "\n").encode()

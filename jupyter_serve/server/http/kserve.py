@@ -58,7 +58,12 @@ from jupyter_serve.server.http.inference import HandlerWriter, InferenceRoute
 from jupyter_serve.server.http.openai import retrieve_model
 from jupyter_serve.server.http.requests import raw_body_request, to_inference_request
 from jupyter_serve.server.registry import Model
-from jupyter_serve.wire.errors import DEFAULT_MAX_REQUEST_SIZE, ResourceNotFound, ServeError
+from jupyter_serve.wire.errors import (
+    DEFAULT_MAX_REQUEST_SIZE,
+    ResourceNotFound,
+    ServeError,
+    torchserve_json,
+)
 from jupyter_serve.wire.oip import DEFAULT_MAX_TENSOR_ELEMENTS
 from jupyter_serve.wire.protocol import KSERVE_HEADER, InferenceResult
 
@@ -71,7 +76,7 @@ def error_json(doc: dict[str, Any]) -> bytes:
     its message, and its cause when it has one."""
     cause = doc.get("cause")
     error = f"{doc['message']}: {cause}" if isinstance(cause, str) and cause else doc["message"]
-    return (json.dumps({**doc, "error": error}, indent=2) + "\n").encode()
+    return torchserve_json({**doc, "error": error})
 
 
 class KServeErrors(ServeRoute):
